@@ -600,7 +600,14 @@ func (f *Finalizer) mergeParts(ctx context.Context, b ledger.Batch, p *partPlan,
 	if err != nil {
 		return FinalizeResult{}, fmt.Errorf("finalize %s run %d: parts: %w", b.ID, b.Run, err)
 	}
-	cp := newCheckpoint(1, p.StartedAt)
+	// The merge's chain starts now: its uploads are started by its
+	// chunks, and a chain older than ledger.TTLGrace/2 starts over
+	// (countRows) for the uploads the bucket aborts after a day. Dated
+	// from the plan, a plan whose last part waited 12 hours (an item held
+	// or suspended) threw every part's work away for one chain over every
+	// row: past ≈ 78 GiB of one outcome's results (MaxResultParts parts)
+	// that chain could not finish at all.
+	cp := newCheckpoint(1, f.Clock.Now())
 	var marks [][]runMark
 	for _, r := range results {
 		cp.add(r.tally)
