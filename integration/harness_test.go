@@ -180,6 +180,20 @@ func (h *harness) receive(t *testing.T, n int) []worker.Delivery {
 	return ds
 }
 
+// finalizeBeside is f.Finalize of run of batch id on the stack's own
+// table and bucket, where the stack's finalize (its tick) may work on the
+// same run at once: a call that finds the chunk claimed by it
+// (ErrNotFinished: another call is writing its checkpoint) calls again
+// each second, as a trigger does after a wait, for up to 5 minutes.
+func finalizeBeside(ctx context.Context, f *finalize.Finalizer, id string, run int) (finalize.FinalizeResult, error) {
+	res, err := f.Finalize(ctx, id, run)
+	for end := time.Now().Add(5 * time.Minute); errors.Is(err, api.ErrNotFinished) && strings.Contains(err.Error(), "another call is writing checkpoint") && time.Now().Before(end); {
+		time.Sleep(time.Second)
+		res, err = f.Finalize(ctx, id, run)
+	}
+	return res, err
+}
+
 // finalizeFour runs four Finalize calls of run 1 of id at once, checks
 // each report's census with check, and fails unless exactly one wrote it.
 // A call that finds the chunk claimed by another (ErrNotFinished: another
