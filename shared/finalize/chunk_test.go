@@ -146,6 +146,18 @@ func finalizeUntilDone(t *testing.T, f *Finalizer) FinalizeResult {
 	return FinalizeResult{}
 }
 
+// onePass is the results of rows finalized in one call, as the
+// reference of a run finalized in chunks.
+func onePass(t *testing.T, n int64, rows []ledger.Item) resultsSnapshot {
+	t.Helper()
+	blobs := memblobs.New()
+	r, err := chunkFinalizer(newRowStore(runningBatch(n), rows), blobs, 0).Finalize(context.Background(), "b1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snapshot(t, r, blobs)
+}
+
 type resultsSnapshot struct {
 	census api.Census
 	files  map[api.Outcome]string
@@ -254,12 +266,7 @@ func TestFinalizeChunkedKilledAnywhere(t *testing.T) {
 func TestFinalizeConcurrentChunkedCalls(t *testing.T) {
 	const n = 250
 	rows := chunkRows(n, 40<<10)
-	refBlobs := memblobs.New()
-	ref, err := chunkFinalizer(newRowStore(runningBatch(n), rows), refBlobs, 0).Finalize(context.Background(), "b1", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshot(t, ref, refBlobs)
+	want := onePass(t, n, rows)
 	s, blobs := newRowStore(runningBatch(n), rows), memblobs.New()
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -59,13 +59,7 @@ func (h *heldBlobs) PutPart(ctx context.Context, key, id string, n int, body []b
 func TestOneCallWritesFromACheckpoint(t *testing.T) {
 	const n = 300
 	rows := chunkRows(n, 60<<10)
-	refBlobs := memblobs.New()
-	ref, err := chunkFinalizer(newRowStore(runningBatch(n), rows), refBlobs, 0).Finalize(context.Background(), "b1", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := snapshot(t, ref, refBlobs)
-
+	want := onePass(t, n, rows)
 	ctx := context.Background()
 	s, blobs := newRowStore(runningBatch(n), rows), memblobs.New()
 	if r, err := chunkFinalizer(s, blobs, 20).Finalize(ctx, "b1", 1); err != nil || !r.Continued {
@@ -80,7 +74,7 @@ func TestOneCallWritesFromACheckpoint(t *testing.T) {
 	wg.Go(func() { _, aErr = a.Finalize(ctx, "b1", 1) })
 	<-held.writing
 
-	_, err = chunkFinalizer(s, blobs, 200).Finalize(ctx, "b1", 1)
+	_, err := chunkFinalizer(s, blobs, 200).Finalize(ctx, "b1", 1)
 	if !errors.Is(err, api.ErrNotFinished) || !strings.Contains(err.Error(), "another call is writing checkpoint 2") {
 		t.Errorf("B beside A: %v, want ErrNotFinished: another call is writing checkpoint 2", err)
 	}
@@ -144,7 +138,5 @@ func TestClaimTakenOverAfterItsEnd(t *testing.T) {
 	if keys := blobs.Objects(FinalizePrefix("b1", 1) + "000001.claim"); len(keys) != 0 {
 		t.Fatalf("a refused claim left behind: %v", keys)
 	}
-	refBlobs := memblobs.New()
-	want := snapshot(t, finalizeUntilDone(t, chunkFinalizer(newRowStore(runningBatch(n), rows), refBlobs, 0)), refBlobs)
-	sameResults(t, snapshot(t, finalizeUntilDone(t, f), blobs), want, "after a refused claim")
+	sameResults(t, snapshot(t, finalizeUntilDone(t, f), blobs), onePass(t, n, rows), "after a refused claim")
 }
