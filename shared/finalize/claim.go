@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/source"
 )
 
 // A chunk's claim. Every chunk of a run's chain goes on from the newest
@@ -27,9 +30,10 @@ import (
 // (ledger.Blobs.PutIfAbsent) beside the checkpoints: {seq}.claim.{gen},
 // holding until when its call may still write (its deadline and
 // ClaimGrace: Lambda ends an invocation at its timeout). A call that
-// finds the claim held answers ErrNotFinished (the holder goes on; the
-// tick tries again later); one that finds it expired (its holder died)
-// claims the next generation, so that of two calls taking over one wins.
+// finds the newest claim held answers ErrNotFinished (the holder goes
+// on; the tick tries again later); one that finds it expired (its holder
+// died) claims the next generation, so that of two calls taking over one
+// wins.
 // Once claimed, a checkpoint already written under that number means the
 // chunk was done by a call that held the claim before: ErrConflict, and
 // the caller goes on from that checkpoint. The claim is deleted when the
@@ -40,12 +44,30 @@ import (
 // minute, for a request the call sent just before its end.
 const ClaimGrace = time.Minute
 
-// claimTries bounds the claims one call tries: the generations it finds
-// expired, and a claim released while it read it.
+// claimTries bounds the claims one call tries from the newest it listed:
+// generations taken meanwhile by calls that then died, and a claim
+// released while it read it.
 const claimTries = 16
 
 func claimKey(id string, run, seq, gen int) string {
-	return FinalizePrefix(id, run) + fmt.Sprintf("%06d.claim.%d", seq, gen)
+	return claimPrefix(id, run, seq) + strconv.Itoa(gen)
+}
+
+func claimPrefix(id string, run, seq int) string {
+	return FinalizePrefix(id, run) + fmt.Sprintf("%06d.claim.", seq)
+}
+
+// newestClaim is the highest generation of the claims of checkpoint seq
+// (one listing of their prefix), at least 1.
+func (f *Finalizer) newestClaim(ctx context.Context, id string, run, seq int) (int, error) {
+	prefix, newest := claimPrefix(id, run, seq), 1
+	err := f.Blobs.List(ctx, f.Blobs.Bucket(), prefix, func(o source.ObjectInfo) error {
+		if g, err := strconv.Atoi(strings.TrimPrefix(o.Key, prefix)); err == nil && g > newest {
+			newest = g
+		}
+		return nil
+	})
+	return newest, err
 }
 
 // claimUntil is until when a call that stops reading at end (and whose
@@ -67,7 +89,15 @@ func (f *Finalizer) claimChunk(ctx context.Context, id string, run, seq int, unt
 	if err != nil {
 		return nil, err
 	}
-	for gen, try := 1, 0; try < claimTries; try++ {
+	// The newest generation first: a claim of every call Lambda killed
+	// stays (only its finish deletes them), so counting up from the
+	// first would run out of tries after as many kills, and the run
+	// would wait for ever.
+	gen, err := f.newestClaim(ctx, id, run, seq)
+	if err != nil {
+		return nil, fmt.Errorf("finalize %s run %d: list the claims of checkpoint %d: %w", id, run, seq, err)
+	}
+	for try := 0; try < claimTries; try++ {
 		key := claimKey(id, run, seq, gen)
 		err := f.Blobs.PutIfAbsent(ctx, key, "application/json", body)
 		if errors.Is(err, api.ErrConflict) {
@@ -89,7 +119,15 @@ func (f *Finalizer) claimChunk(ctx context.Context, id string, run, seq int, unt
 		if err != nil {
 			return nil, fmt.Errorf("finalize %s run %d: claim checkpoint %d: %w", id, run, seq, err)
 		}
-		release := func() { _ = f.Blobs.Delete(context.WithoutCancel(ctx), key) }
+		release := func() {
+			// A claim left behind holds the next call back until its end:
+			// a failed delete is tried again.
+			for range 3 {
+				if f.Blobs.Delete(context.WithoutCancel(ctx), key) == nil {
+					return
+				}
+			}
+		}
 		if _, gerr := f.Blobs.Get(ctx, checkpointKey(id, run, seq)); !errors.Is(gerr, api.ErrNotFound) {
 			release()
 			if gerr != nil {

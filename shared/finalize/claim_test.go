@@ -97,8 +97,8 @@ func TestOneCallWritesFromACheckpoint(t *testing.T) {
 }
 
 // TestClaimTakenOverAfterItsEnd guards a chunk whose claimant died: its
-// claim, past its end, is taken over by the next generation and the run
-// finishes; a claim still held answers ErrNotFinished and writes no
+// claim, past its end, is taken over by the next generation after the
+// newest (21 claims left by killed calls) and the run finishes; a claim still held answers ErrNotFinished and writes no
 // checkpoint; a claim of a checkpoint already written is ErrConflict,
 // and the call goes on from that checkpoint.
 func TestClaimTakenOverAfterItsEnd(t *testing.T) {
@@ -121,7 +121,15 @@ func TestClaimTakenOverAfterItsEnd(t *testing.T) {
 		t.Fatal("a call beside a held claim wrote a checkpoint or finished the run")
 	}
 
-	hold(blobs, time.Now().Add(-time.Second)) // its holder is past its end
+	// Its holder past its end, and 20 more killed after taking it over
+	// (more than claimTries): the newest generation is the one looked at.
+	hold(blobs, time.Now().Add(-time.Second))
+	expired, _ := json.Marshal(active{Until: time.Now().Add(-time.Second)})
+	for gen := 2; gen <= 21; gen++ {
+		if err := blobs.Put(ctx, claimKey("b1", 1, 1, gen), "application/json", expired); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r, err := chunkFinalizer(s, blobs, 0).Finalize(ctx, "b1", 1)
 	if err != nil || !r.Wrote || len(s.finished) != 1 {
 		t.Fatalf("over an expired claim: %+v, %v, the run moved %d times; want the report written", r, err, len(s.finished))
