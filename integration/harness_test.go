@@ -183,11 +183,11 @@ func (h *harness) receive(t *testing.T, n int) []worker.Delivery {
 // finalizeBeside is f.Finalize of run of batch id on the stack's own
 // table and bucket, where the stack's finalize (its tick) may work on the
 // same run at once: a call that finds the chunk claimed by it
-// (ErrNotFinished: another call is writing its checkpoint) calls again
+// (finalize.ErrChunkClaimed) calls again
 // each second, as a trigger does after a wait, for up to 5 minutes.
 func finalizeBeside(ctx context.Context, f *finalize.Finalizer, id string, run int) (finalize.FinalizeResult, error) {
 	res, err := f.Finalize(ctx, id, run)
-	for end := time.Now().Add(5 * time.Minute); errors.Is(err, api.ErrNotFinished) && strings.Contains(err.Error(), "another call is writing checkpoint") && time.Now().Before(end); {
+	for end := time.Now().Add(5 * time.Minute); errors.Is(err, finalize.ErrChunkClaimed) && time.Now().Before(end); {
 		time.Sleep(time.Second)
 		res, err = f.Finalize(ctx, id, run)
 	}
@@ -196,8 +196,8 @@ func finalizeBeside(ctx context.Context, f *finalize.Finalizer, id string, run i
 
 // finalizeFour runs four Finalize calls of run 1 of id at once, checks
 // each report's census with check, and fails unless exactly one wrote it.
-// A call that finds the chunk claimed by another (ErrNotFinished: another
-// call is writing its checkpoint) calls again after a wait, as a trigger
+// A call that finds the chunk claimed by another
+// (finalize.ErrChunkClaimed) calls again after a wait, as a trigger
 // does (finalize.Finalizer.Trigger), until it gets the report.
 func (h *harness) finalizeFour(t *testing.T, ctx context.Context, id string, check func(api.Census)) {
 	t.Helper()
@@ -208,7 +208,7 @@ func (h *harness) finalizeFour(t *testing.T, ctx context.Context, id string, che
 		go func() {
 			defer wg.Done()
 			r, err := h.finalizer.Finalize(ctx, id, 1)
-			for tries := 0; errors.Is(err, api.ErrNotFinished) && strings.Contains(err.Error(), "another call is writing checkpoint") && tries < 600; tries++ {
+			for tries := 0; errors.Is(err, finalize.ErrChunkClaimed) && tries < 600; tries++ {
 				time.Sleep(100 * time.Millisecond)
 				r, err = h.finalizer.Finalize(ctx, id, 1)
 			}

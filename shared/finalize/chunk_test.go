@@ -126,7 +126,7 @@ func runningBatch(n int64) ledger.Batch {
 
 // finalizeUntilDone calls Finalize until it writes or finds the report,
 // as the tick and retries would; it fails after 200 calls. A call that
-// found the chunk claimed by another (claimChunk: ErrNotFinished) is
+// found the chunk claimed by another (ErrChunkClaimed) is
 // not counted: it waits a millisecond, as the tick waits its interval.
 func finalizeUntilDone(t *testing.T, f *Finalizer) FinalizeResult {
 	t.Helper()
@@ -135,7 +135,7 @@ func finalizeUntilDone(t *testing.T, f *Finalizer) FinalizeResult {
 		if err == nil && !r.Continued {
 			return r
 		}
-		if err != nil && strings.Contains(err.Error(), "another call is writing checkpoint") {
+		if errors.Is(err, ErrChunkClaimed) {
 			busy++
 			time.Sleep(time.Millisecond)
 			continue

@@ -40,6 +40,13 @@ import (
 // call ends (after its parts in flight ended); the run's finish deletes
 // whatever is left with its checkpoints (FinalizePrefix).
 
+// ErrChunkClaimed is what a call answers when another call holds the
+// claim of the checkpoint it would write: it is wrapped together with
+// api.ErrNotFinished (the run is not finished; call again later, as a
+// trigger does after its wait and the tick a minute on), so that
+// errors.Is tells it from other unfinished runs.
+var ErrChunkClaimed = errors.New("another call is writing the checkpoint")
+
 // ClaimGrace is how long past its call's deadline a claim holds: 1
 // minute, for a request the call sent just before its end.
 const ClaimGrace = time.Minute
@@ -81,8 +88,8 @@ func claimUntil(ctx context.Context, end time.Time) time.Time {
 
 // claimChunk claims the chunk of run of batch id that writes checkpoint
 // seq until until (wall clock), and returns the release the caller
-// defers once its writes ended. Errors: ErrNotFinished while another
-// call holds the claim, ErrConflict when checkpoint seq is written
+// defers once its writes ended. Errors: ErrChunkClaimed (with
+// ErrNotFinished) while another call holds the claim, ErrConflict when checkpoint seq is written
 // already, else the store's.
 func (f *Finalizer) claimChunk(ctx context.Context, id string, run, seq int, until time.Time) (func(), error) {
 	body, err := json.Marshal(active{Until: until})
@@ -110,8 +117,8 @@ func (f *Finalizer) claimChunk(ctx context.Context, id string, run, seq int, unt
 			}
 			var a active
 			if json.Unmarshal(held, &a) == nil && time.Now().Before(a.Until) {
-				return nil, fmt.Errorf("finalize %s run %d: another call is writing checkpoint %d (until %s): %w",
-					id, run, seq, a.Until.UTC().Format(time.RFC3339), api.ErrNotFinished)
+				return nil, fmt.Errorf("finalize %s run %d: checkpoint %d, held until %s: %w: %w",
+					id, run, seq, a.Until.UTC().Format(time.RFC3339), ErrChunkClaimed, api.ErrNotFinished)
 			}
 			gen++ // its holder is past its end: the next generation
 			continue

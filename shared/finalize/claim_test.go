@@ -75,8 +75,8 @@ func TestOneCallWritesFromACheckpoint(t *testing.T) {
 	<-held.writing
 
 	_, err := chunkFinalizer(s, blobs, 200).Finalize(ctx, "b1", 1)
-	if !errors.Is(err, api.ErrNotFinished) || !strings.Contains(err.Error(), "another call is writing checkpoint 2") {
-		t.Errorf("B beside A: %v, want ErrNotFinished: another call is writing checkpoint 2", err)
+	if !errors.Is(err, ErrChunkClaimed) || !errors.Is(err, api.ErrNotFinished) || !strings.Contains(err.Error(), "checkpoint 2,") {
+		t.Errorf("B beside A: %v, want ErrChunkClaimed and ErrNotFinished for checkpoint 2", err)
 	}
 	if _, ok := blobs.Object(checkpointKey("b1", 1, 2)); ok {
 		t.Error("B wrote checkpoint 2 while A held it")

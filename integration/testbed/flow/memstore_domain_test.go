@@ -231,7 +231,7 @@ func (r *rig) finalizeFour(t *testing.T, ctx context.Context, id string, check f
 		go func() {
 			defer wg.Done()
 			res, err := r.fin.Finalize(ctx, id, 1)
-			for tries := 0; err != nil && errors.Is(err, api.ErrNotFinished) && strings.Contains(err.Error(), "another call is writing checkpoint") && tries < 10_000; tries++ {
+			for tries := 0; errors.Is(err, finalize.ErrChunkClaimed) && tries < 10_000; tries++ {
 				time.Sleep(time.Millisecond)
 				res, err = r.fin.Finalize(ctx, id, 1)
 			}
