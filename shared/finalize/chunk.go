@@ -77,8 +77,6 @@ func tailKey(id string, run, seq int, token string, o api.Outcome) string {
 	return FinalizePrefix(id, run) + fmt.Sprintf("%06d-%s.%s.tail", seq, token, o)
 }
 
-func activeKey(id string, run int) string { return FinalizePrefix(id, run) + "active.json" }
-
 // checkpoint is the stored state of a run's finalize between chunks.
 type checkpoint struct {
 	Seq int `json:"seq"`
@@ -197,25 +195,9 @@ func (f *Finalizer) saveCheckpoint(ctx context.Context, id string, run int, cp *
 	return f.Blobs.PutIfAbsent(ctx, checkpointKey(id, run, cp.Seq), "application/json", body)
 }
 
-// active says until when a call works on the run; Tick leaves the run to
-// it until then.
+// active is a chunk's claim (claim.go): until when its call may write.
 type active struct {
 	Until time.Time `json:"until"`
-}
-
-func (f *Finalizer) markActive(ctx context.Context, id string, run int, until time.Time) error {
-	body, _ := json.Marshal(active{Until: until})
-	return f.Blobs.Put(ctx, activeKey(id, run), "application/json", body)
-}
-
-// busy reports whether another call is working on the run now.
-func (f *Finalizer) busy(ctx context.Context, id string, run int) bool {
-	body, err := f.Blobs.Get(ctx, activeKey(id, run))
-	if err != nil {
-		return false
-	}
-	var a active
-	return json.Unmarshal(body, &a) == nil && time.Now().Before(a.Until)
 }
 
 // partWriter appends one outcome's result lines to its upload: a part of
@@ -373,9 +355,6 @@ func (f *Finalizer) scanChunk(ctx context.Context, b ledger.Batch, cp *checkpoin
 		return false, cerr
 	}
 	defer release()
-	if err := f.markActive(ctx, b.ID, b.Run, stopAt.Add(f.chunkMargin())); err != nil {
-		return false, err
-	}
 	cw := &chunkWriters{ctx: ctx, blobs: f.Blobs, id: b.ID, run: b.Run, cp: cp}
 	if err := cw.resume(); err != nil {
 		return false, err

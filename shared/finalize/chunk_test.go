@@ -333,16 +333,17 @@ func TestFinalizeChainStartsOverWhenARowAppearsBehindIt(t *testing.T) {
 }
 
 // TestTickLeavesAChunkInProgressAlone guards one worker per chunk at a
-// time: while a call works on a run's rows (its active mark not expired),
-// the tick, which tries every running batch whose counters are done, does
-// not start a second pass over the same rows; once the mark has expired
-// (the call died), the tick goes on with the run.
+// time: while a call holds the claim of a run's next checkpoint, the
+// tick, which tries every running batch whose counters are done, does
+// not start a second pass over the same rows (it reads no shard); once
+// the claim has expired (its call died), the tick takes it over and
+// finishes the run.
 func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
 	const n = 40
 	s, blobs := newRowStore(runningBatch(n), chunkRows(n, 100)), memblobs.New()
 	f := chunkFinalizer(s, blobs, 0)
 	ctx := context.Background()
-	if err := f.markActive(ctx, "b1", 1, time.Now().Add(time.Minute)); err != nil {
+	if _, err := f.claimChunk(ctx, "b1", 1, 1, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	scans := s.scans
@@ -350,12 +351,12 @@ func TestTickLeavesAChunkInProgressAlone(t *testing.T) {
 	if err != nil || res.Checked != 1 || res.Finalized != 0 || s.scans != scans {
 		t.Fatalf("tick during a chunk: %+v %v, %d shard reads; want the run checked, left alone, nothing read", res, err, s.scans-scans)
 	}
-	if err := f.markActive(ctx, "b1", 1, time.Now().Add(-time.Second)); err != nil {
+	if err := blobs.Put(ctx, claimKey("b1", 1, 1, 1), "application/json", []byte(`{"until":"2000-01-01T00:00:00Z"}`)); err != nil {
 		t.Fatal(err)
 	}
 	res, err = f.Tick(ctx)
 	if err != nil || res.Finalized != 1 {
-		t.Fatalf("tick after the mark expired: %+v %v, want the run finalized", res, err)
+		t.Fatalf("tick after the claim expired: %+v %v, want the run finalized", res, err)
 	}
 }
 

@@ -281,12 +281,12 @@ func (f *Finalizer) announceFailed(ctx context.Context, log *slog.Logger, id str
 	ledger.AnnounceChange(ctx, f.Bus, log, e)
 }
 
-// finalizeCall is what a finalize call is: the tick's (tick), and its
-// place in its chain of calls (chain, ledger.FinalizeEvent.Chain: 0 for
-// a trigger or the tick, each call a call invokes one more), which the
-// parts it starts carry on (FinalizeParts).
+// finalizeCall is what a finalize call is: its place in its chain of
+// calls (chain, ledger.FinalizeEvent.Chain: 0 for a trigger or the tick,
+// each call a call invokes one more), which the parts it starts carry on
+// (FinalizeParts). The tick's call is one like any other: a chunk another
+// call is writing is left to it by the chunk's claim (claim.go).
 type finalizeCall struct {
-	tick  bool
 	chain int
 }
 
@@ -358,9 +358,6 @@ func (f *Finalizer) countRows(ctx context.Context, b ledger.Batch, log *slog.Log
 	if cp.Counted && len(cp.Ranges) > 0 {
 		// The merge is split by key ranges, each its own call.
 		return f.mergeInRanges(ctx, b, cp, call.chain)
-	}
-	if call.tick && f.busy(ctx, id, run) {
-		return nil, FinalizeResult{}, fmt.Errorf("finalize %s run %d: another call is working on it: %w", id, run, api.ErrNotFinished)
 	}
 	done, err := f.scanChunk(ctx, b, cp)
 	if errors.Is(err, api.ErrConflict) {
@@ -706,7 +703,7 @@ func (f *Finalizer) Tick(ctx context.Context) (TickResult, error) {
 		res.Checked++
 		// As a triggered call's: an object found gone because another
 		// call finished the run meanwhile is the report, not an error.
-		r, err := f.finalize(ctx, id, b.Run, finalizeCall{tick: true})
+		r, err := f.finalize(ctx, id, b.Run, finalizeCall{})
 		r, err = f.answer(ctx, id, b.Run, r, err)
 		switch {
 		case err == nil && r.Wrote:
