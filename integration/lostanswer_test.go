@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -209,6 +210,59 @@ func TestLostAnswerOfTheCounterWrite(t *testing.T) {
 			r, err := h.finalizer.Finalize(ctx, id, 1)
 			if err != nil || r.Report.Census.Succeeded != 4 {
 				t.Fatalf("report %+v %v", r.Report.Census, err)
+			}
+		})
+	}
+}
+
+// Guards the product line "throttling, 5xx and lost answers never use an
+// attempt, fail an item or dead-letter it" (docs/design.md) for the take:
+// through the fault proxy the emulator applies an item's reservation (or
+// a pack's take) and the connection is reset before its answer arrives;
+// the SDK sends the take again, and the resend fails its condition on
+// the take's own row. The row carries the take's token
+// (ledger.Reservation.Token), so the store answers the resend as the
+// first try: the item runs once and succeeds. Before, the delivery took
+// its own take for another delivery's live lease and held itself off;
+// once the lease ended the next take found the item interrupted, and
+// with max_attempts 1 and on_interrupt quarantine every item ended
+// quarantined without a call.
+func TestLostAnswerOfTheTake(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range []int{1, 10} {
+		t.Run(fmt.Sprintf("%d items per message", k), func(t *testing.T) {
+			h, p := newFaultHarness(t, func(ctx context.Context, req pipeline.Request) (pipeline.Result, error) {
+				return pipeline.Result{Output: req.Input}, nil
+			})
+			id := newID(t)
+			if _, err := h.submitter.Submit(ctx, api.SubmitRequest{BatchID: id, Pipeline: "counted", Source: api.SourceSpec{Items: inlineItems(10)},
+				ItemsPerMessage: k, MaxAttempts: 1, OnInterrupt: api.InterruptQuarantine}); err != nil {
+				t.Fatal(err)
+			}
+			// Every take's first answer is lost (the takes alone carry the
+			// token's attribute); the fan-out, if any, and the items'
+			// messages are handled as they come.
+			setFaults(t, p, 1, faultproxy.Rule{Service: "dynamodb", Operations: []string{"UpdateItem"}, Contains: `"tk"`,
+				Kind: faultproxy.KindResetAfter, Rate: 1, Max: 10 / k})
+			for ds := h.receive(t, 10); len(ds) > 0; ds = h.receive(t, 10) {
+				if failed := h.worker.Handle(ctx, ds); len(failed) != 0 {
+					t.Errorf("deliveries failed or held off after their take lost its answer: %v", failed)
+				}
+			}
+			if n := p.Status().ByCall["dynamodb.UpdateItem"][faultproxy.KindResetAfter]; n != int64(10/k) {
+				t.Fatalf("%d take answers lost, want %d: the test did not exercise a lost answer", n, 10/k)
+			}
+			r, err := h.finalizer.Finalize(ctx, id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := r.Report.Census; c.Succeeded != 10 {
+				t.Errorf("census %+v, want 10 succeeded", c)
+			}
+			for i := range 10 {
+				if c := h.callsOf(api.PositionalKey(int64(i))); c != 1 {
+					t.Errorf("%s: %d calls, want 1", api.PositionalKey(int64(i)), c)
+				}
 			}
 		})
 	}

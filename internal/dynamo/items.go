@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -153,7 +154,7 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled)).
 		Remove(expression.Name(layout.AttrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(layout.AttrThrottledMs))
-	it, err := s.reserve(ctx, r, fresh(r.Run, r.Revision), s.stamp(removeSignalled(removeHold(u)), r.Now))
+	it, err := s.reserve(ctx, r, takeFresh, fresh(r.Run, r.Revision), s.stamp(removeSignalled(removeHold(u)), r.Now))
 	if errors.Is(err, api.ErrConflict) && it.Run == r.Run && it.Outcome.Held() {
 		return s.resume(ctx, r)
 	}
@@ -173,8 +174,13 @@ func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, 
 		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
 		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReason)).Remove(expression.Name(layout.AttrCost)).
 		Remove(expression.Name(layout.AttrRetryScheduled)).Remove(expression.Name(layout.AttrThrottledMs)).
-		Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
-	return s.reserve(ctx, r, woken(r.Run), s.stamp(removeHold(u), r.Now))
+		Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
+		// What the resume found, for a resend of it (takenBefore): the
+		// operands are the row as it was before this update.
+		Set(expression.Name(layout.AttrTookOutcome), expression.Name(layout.AttrOutcome)).
+		Set(expression.Name(layout.AttrTookUpdatedMs), expression.Name(layout.AttrUpdatedAtMs).IfNotExists(expression.Value(0))).
+		Set(expression.Name(layout.AttrTookThrottledMs), expression.Name(layout.AttrThrottledMs).IfNotExists(expression.Value(0)))
+	return s.reserve(ctx, r, takeResume, woken(r.Run), s.stamp(removeHold(u), r.Now))
 }
 
 // takeover is Reserve's second condition: the item is in flight in this
@@ -183,17 +189,38 @@ func (s *Store) takeover(ctx context.Context, r ledger.Reservation) (ledger.Item
 	take := expression.Set(expression.Name(layout.AttrAttempt), expression.Plus(expression.Name(layout.AttrAttempt), expression.Value(1))).
 		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(r.Now.Add(r.Lease).UnixMilli())).
 		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
-		Remove(expression.Name(layout.AttrRetryScheduled))
-	return s.reserve(ctx, r, expired(r.Run, r.Now), s.stamp(take, r.Now))
+		Remove(expression.Name(layout.AttrRetryScheduled)).
+		// Whether the attempt taken over had its retry scheduled, for a
+		// resend of this takeover (takenBefore).
+		Set(expression.Name(layout.AttrTookRetry), expression.Name(layout.AttrRetryScheduled).IfNotExists(expression.Value(false)))
+	return s.reserve(ctx, r, takeOver, expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
-func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+// takeKind is which of Reserve's conditions a write is; stored after its
+// token (AttrTakeToken: "{token}.{kind}"), so that a resend, which may
+// come through another of the conditions (Reserve tries them in turn),
+// knows what the take found.
+type takeKind byte
+
+const (
+	takeFresh  takeKind = 'f'
+	takeOver   takeKind = 'o'
+	takeResume takeKind = 'r'
+)
+
+func (s *Store) reserve(ctx context.Context, r ledger.Reservation, kind takeKind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+	if r.Token != "" {
+		u = u.Set(expression.Name(layout.AttrTakeToken), expression.Value(r.Token+"."+string(kind)))
+	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return ledger.Item{}, err
 	}
 	attrs, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
 	if errors.Is(err, api.ErrConflict) {
+		if it, ok := takenBefore(r, old); ok {
+			return it, nil
+		}
 		it, uerr := layout.ItemFrom(r.BatchID, old)
 		if uerr != nil {
 			return ledger.Item{}, uerr
@@ -241,6 +268,60 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, cond expressi
 		it.RunAttempts = 1
 	}
 	return it, nil
+}
+
+// takenBefore recognises a take sent again after its answer was lost
+// (ledger.Reservation.Token): the row refused it, but it is in flight in
+// r's run under r's token, so the first try was applied. It answers what
+// that try would have: the item as taken, with what the take found
+// (interrupted, resumed, throttled, spent, signalled) read from the row,
+// where the take kept it or copied it (AttrTookRetry …), by the kind of
+// take stored with the token.
+func takenBefore(r ledger.Reservation, stored map[string]types.AttributeValue) (ledger.Item, bool) {
+	if r.Token == "" || len(stored) == 0 {
+		return ledger.Item{}, false
+	}
+	var row layout.ItemRow
+	if err := attributevalue.UnmarshalMap(stored, &row); err != nil || row.Run != r.Run ||
+		row.Outcome != string(api.OutcomeInFlight) || ledger.CheckFormat("item row", row.Format) != nil {
+		return ledger.Item{}, false
+	}
+	token, k, ok := strings.Cut(row.Token, ".")
+	if !ok || token != r.Token || len(k) != 1 {
+		return ledger.Item{}, false
+	}
+	kind := takeKind(k[0])
+	it := ledger.Item{
+		Item: api.Item{
+			Key:         r.Key,
+			RunID:       r.RunID,
+			Run:         r.Run,
+			Outcome:     api.OutcomeInFlight,
+			Attempt:     row.Attempt,
+			LeaseUntil:  layout.FromMs(row.LeaseUntilMs),
+			UpdatedAt:   layout.FromMs(row.UpdatedAtMs),
+			Revision:    row.Revision,
+			RunAttempts: 1,
+		},
+		BatchID: r.BatchID,
+	}
+	if kind == takeFresh {
+		return it, true // a fresh take found no attempt of this run
+	}
+	it.RunAttempts = row.Attempt - max(row.FirstAttempt, 1) + 1
+	it.Signalled = row.Signalled
+	if row.SpentRun == r.Run && len(row.Spent) > 0 {
+		it.Spent, it.SpentRun = row.Spent, r.Run
+	}
+	switch kind {
+	case takeOver:
+		it.Interrupted = !row.TookRetry
+		it.ThrottledSince = layout.FromMs(row.ThrottledMs)
+	case takeResume:
+		it.Resumed, it.ResumedAt = api.Outcome(row.TookOutcome), layout.FromMs(row.TookUpdatedMs)
+		it.ThrottledSince = layout.FromMs(row.TookThrottledMs)
+	}
+	return it, true
 }
 
 func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {

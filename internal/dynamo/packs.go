@@ -131,6 +131,9 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 	if w.Take {
 		u = u.Set(expression.Name(layout.AttrAttempt), expression.Value(w.Attempt+1)).
 			Set(expression.Name(layout.AttrRun), expression.Value(w.Run))
+		if w.Token != "" {
+			u = u.Set(expression.Name(layout.AttrTakeToken), expression.Value(w.Token))
+		}
 	}
 	if w.InFlight >= 0 {
 		u = u.Set(expression.Name(layout.AttrPackInFlight), expression.Value(w.InFlight))
@@ -183,6 +186,9 @@ func (s *Store) writePack(ctx context.Context, w ledger.PackWrite, first bool) e
 			// plans again from it without a read.
 			err = fmt.Errorf("write pack %s/%d attempt %d: %w", w.Ref.BatchID, w.Ref.First, w.Attempt, err)
 			if p, perr := layout.PackFrom(w.Ref.BatchID, stored); perr == nil {
+				if ledger.TakenBefore(w, p) {
+					return nil // this take, sent again after its answer was lost
+				}
 				return &ledger.PackConflict{Pack: p, Err: err}
 			}
 			return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
@@ -14,6 +15,16 @@ import (
 
 // NewBatchID returns a new ULID (26 characters, time-ordered).
 func NewBatchID() string { return ulid.Make().String() }
+
+// NewTakeToken returns a take's token (Reservation.Token,
+// PackWrite.Token): 8 random bytes, base64url without padding (11
+// characters), so two takes of one row share one with a chance of
+// 2^-64.
+func NewTakeToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // RunID is the hex SHA-256 of "{batch id}/{key}": stable across attempts,
 // reruns and resumes of the item.

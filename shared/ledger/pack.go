@@ -323,6 +323,8 @@ type Pack struct {
 	// never reserved has an empty Outcome.
 	Items     []ItemState
 	ExpiresAt time.Time // the row's TTL; zero when it has none
+	// Token is the token of the pack's last take (PackWrite.Token).
+	Token string
 }
 
 // ItemState is one item's state in its ledger unit: what an item row
@@ -480,6 +482,19 @@ type PackWrite struct {
 	// see Record.Effects.
 	Effects StagedEffects
 	Now     time.Time
+	// Token is the take's own (Take only; see Reservation.Token): a
+	// refused take whose stored row carries it is this take, applied, and
+	// the write succeeds.
+	Token string
+}
+
+// TakenBefore reports whether p, the row as stored that refused the take
+// w, is w's own take applied: the SDK sends a write again when its answer
+// was lost, also when the first try was applied, and the resend then
+// fails the take's condition on the take's own row. Then p is held under
+// w's token, in w's run, at the attempt w took (PackWrite.Token).
+func TakenBefore(w PackWrite, p Pack) bool {
+	return w.Take && w.Token != "" && p.Token == w.Token && p.Run == w.Run && p.Attempt == w.Attempt+1
 }
 
 // PackConflict is a pack write's lost condition with the pack row as it

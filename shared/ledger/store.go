@@ -403,6 +403,15 @@ type Reservation struct {
 	// first, which then holds, instead of the new run's, which then fails
 	// (and is billed). Either order takes the same rows.
 	Redelivered bool
+	// Token tells this take from every other: random, one per take
+	// (NewTakeToken), stored on the row with it. The SDK sends a write
+	// again when its answer was lost (a reset connection, a 5xx), also
+	// when the first try was applied; the resend then fails the take's
+	// condition on the take's own row. A refused take whose stored row
+	// carries its token is that take, applied: Reserve answers it as
+	// taken, as the first try would have, and no attempt is lost. Empty:
+	// no such check (a refused resend reads as another delivery's take).
+	Token string
 }
 
 // Record is an outcome to write (Record, Settle) or a lease to release

@@ -215,7 +215,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 			return nil, err
 		}
 		it, err = w.Store.Reserve(ctx, ledger.Reservation{BatchID: b.ID, Key: u.key, RunID: ledger.RunID(b.ID, u.key), Run: b.Run, Revision: b.RunRevision, ListShards: b.ListShards, Now: now, Lease: w.Lease,
-			Redelivered: t.redelivered})
+			Redelivered: t.redelivered, Token: ledger.NewTakeToken()})
 		if err == nil {
 			s := ledger.ItemState{Key: u.key, Run: b.Run, Outcome: api.OutcomeInFlight, Attempt: it.Attempt, FirstAttempt: it.Attempt - it.RunAttempts + 1,
 				ThrottledSince: it.ThrottledSince, Revision: it.Revision, UpdatedAt: now, Signalled: it.Signalled}
@@ -401,7 +401,7 @@ func (u *packUnit) take(ctx context.Context, t taking) (*hold, error) {
 			h.lease = now.Add(w.Lease)
 		}
 		err = w.Store.WritePack(ctx, ledger.PackWrite{Ref: u.ref, Take: true, Attempt: p.Attempt, Run: b.Run, LeaseUntil: h.lease, Items: writes,
-			InFlight: ledger.InFlight(h.items), Now: now})
+			InFlight: ledger.InFlight(h.items), Now: now, Token: ledger.NewTakeToken()})
 		var pc *ledger.PackConflict
 		switch {
 		case errors.As(err, &pc) && try+1 < packTakeTries:

@@ -21,6 +21,11 @@ type row struct {
 	leaseUntil time.Time
 	shard      int // item shard, from the write's ListShards
 	expiresAt  time.Time
+	// token is the last take's (ledger.Reservation.Token) and taken what
+	// that take answered: a resend of it answers the same, as DynamoDB's
+	// adapter does from the row.
+	token string
+	taken ledger.Item
 }
 
 // view is the item as the adapter reads it back.
@@ -74,6 +79,9 @@ func (s *Store) Reserve(_ context.Context, r ledger.Reservation) (ledger.Item, e
 	defer s.mu.Unlock()
 	cur, step, interrupted := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, r.Revision, ledger.ModeRun, r.Now)
 	if step != ledger.StepRun {
+		if r.Token != "" && cur.token == r.Token && cur.s.Run == r.Run && cur.s.Outcome == api.OutcomeInFlight {
+			return cur.taken, nil // this take sent again after its answer was lost
+		}
 		return s.stored(r.BatchID, r.Key), conflictf("reserve %s/%s", r.BatchID, r.Key)
 	}
 	was := cur.s
@@ -102,6 +110,7 @@ func (s *Store) Reserve(_ context.Context, r ledger.Reservation) (ledger.Item, e
 	if was.Run == r.Run && was.SpentRun == r.Run && len(was.Spent) > 0 {
 		it.Spent, it.SpentRun = maps.Clone(was.Spent), r.Run
 	}
+	cur.token, cur.taken = r.Token, it
 	return it, nil
 }
 

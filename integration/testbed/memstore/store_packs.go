@@ -67,6 +67,8 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 	r := s.pack(w.Ref)
 	now := ms(w.Now)
 	switch {
+	case r != nil && ledger.TakenBefore(w, r.view()):
+		return nil // this take sent again after its answer was lost, as DynamoDB's adapter answers
 	case w.Take && w.Attempt == 0 && r != nil:
 		// As DynamoDB with ReturnValuesOnConditionCheckFailure: the row
 		// as stored comes back with the refusal.
@@ -89,7 +91,7 @@ func (s *Store) WritePack(_ context.Context, w ledger.PackWrite) error {
 		s.packs[w.Ref.BatchID][w.Ref.First] = r
 	}
 	if w.Take {
-		r.p.Attempt, r.p.Run = w.Attempt+1, w.Run
+		r.p.Attempt, r.p.Run, r.p.Token = w.Attempt+1, w.Run, w.Token
 	}
 	if w.InFlight >= 0 {
 		r.inFlight = w.InFlight

@@ -116,6 +116,7 @@ func PackFrom(batchID string, av map[string]types.AttributeValue) (ledger.Pack, 
 		Items        int    `dynamodbav:"n"`
 		ExpiresAt    int64  `dynamodbav:"expires_at"`
 		Format       int    `dynamodbav:"fv"`
+		Token        string `dynamodbav:"tk"`
 	}
 	if err := attributevalue.UnmarshalMap(av, &head); err != nil {
 		return ledger.Pack{}, fmt.Errorf("pack row: %w", err)
@@ -127,7 +128,7 @@ func PackFrom(batchID string, av map[string]types.AttributeValue) (ledger.Pack, 
 	if err != nil {
 		return ledger.Pack{}, fmt.Errorf("pack row: sort key %q: %w", head.SK, err)
 	}
-	p := ledger.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: FromMs(head.LeaseUntilMs)}
+	p := ledger.Pack{BatchID: batchID, First: first, Run: head.Run, Attempt: head.Attempt, LeaseUntil: FromMs(head.LeaseUntilMs), Token: head.Token}
 	if head.ExpiresAt > 0 {
 		p.ExpiresAt = time.Unix(head.ExpiresAt, 0).UTC()
 	}

@@ -49,6 +49,19 @@ const (
 	AttrWoken          = "woken"           // api.Hold.Woken
 	AttrHoldWakeAtMs   = "hold_wake_at_ms" // api.Hold.WakeAt, epoch ms
 	AttrSignalled      = "signal_attempt"  // ledger.ItemState.Signalled
+	// AttrTakeToken is the token of the row's last take
+	// (ledger.Reservation.Token; on a pack row, PackWrite.Token).
+	AttrTakeToken = "tk"
+	// What a takeover or a resume found, copied by the take's own update
+	// from the row as it was, so that a take whose answer was lost can
+	// answer as the first try would have (the old row came back only
+	// with that answer): whether the attempt taken over had its retry
+	// scheduled (a takeover), and the held outcome, its time and its
+	// throttled time (a resume).
+	AttrTookRetry       = "tk_retry"
+	AttrTookOutcome     = "tk_was"
+	AttrTookUpdatedMs   = "tk_was_ms"
+	AttrTookThrottledMs = "tk_thr_ms"
 )
 
 // Attributes of the batch row (BatchRow) and of the markers, named in
@@ -572,6 +585,12 @@ type ItemRow struct {
 	Woken        string             `dynamodbav:"woken,omitempty"`
 	HoldWakeAtMs int64              `dynamodbav:"hold_wake_at_ms,omitempty"`
 	Signalled    int                `dynamodbav:"signal_attempt,omitempty"`
+	// The take's token and what a takeover or resume found (AttrTakeToken, AttrTookRetry …).
+	Token           string `dynamodbav:"tk,omitempty"`
+	TookRetry       bool   `dynamodbav:"tk_retry,omitempty"`
+	TookOutcome     string `dynamodbav:"tk_was,omitempty"`
+	TookUpdatedMs   int64  `dynamodbav:"tk_was_ms,omitempty"`
+	TookThrottledMs int64  `dynamodbav:"tk_thr_ms,omitempty"`
 }
 
 // ItemFrom reads an item row of batch batchID (its attributes as
