@@ -374,7 +374,7 @@ func (w *Waker) wakePack(ctx context.Context, b ledger.Batch, first int64, items
 			return moved, before, false, nil
 		}
 		err = w.Store.WritePack(ctx, ledger.PackWrite{Ref: ref, Take: true, Attempt: p.Attempt, Run: p.Run, Items: writes,
-			InFlight: ledger.InFlight(states), Now: now})
+			InFlight: ledger.InFlight(states), Now: now, Token: ledger.NewTakeToken()})
 		switch {
 		case errors.Is(err, api.ErrConflict) && try+1 < packWakeTries:
 			continue // another writer took the pack since it was read
