@@ -278,19 +278,19 @@ func TestHarnessForgetBlocksResume(t *testing.T) {
 	if _, err := h.store.CreateBatch(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.MarkForgetting(ctx, id); !errors.Is(err, api.ErrConflict) {
+	if err := h.store.MarkForgetting(ctx, ledger.ForgetMark{BatchID: id, Now: time.Now()}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("forgetting a running batch: %v, want ErrConflict", err)
 	}
 	if err := h.store.FinishRun(ctx, id, 1, ledger.Finish{Status: api.StatusCompleted, FinishedAt: time.Now(), ExpiresAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.MarkForgetting(ctx, id); err != nil {
+	if err := h.store.MarkForgetting(ctx, ledger.ForgetMark{BatchID: id, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.store.StartRun(ctx, id, 1, time.Now()); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("resume while forgetting: %v, want ErrConflict", err)
 	}
-	if err := h.store.MarkForgetting(ctx, "it-no-such-batch"); !errors.Is(err, api.ErrNotFound) {
+	if err := h.store.MarkForgetting(ctx, ledger.ForgetMark{BatchID: "it-no-such-batch", Now: time.Now()}); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("forgetting a missing batch: %v, want ErrNotFound", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -128,13 +129,45 @@ func (s *Store) DeleteBatch(ctx context.Context, b ledger.Batch) error {
 	if err := flush(true); err != nil {
 		return err
 	}
-	if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{layout.Key(layout.BatchPK(b.ID), layout.SKBatch)}); err != nil {
-		return fmt.Errorf("forget %s: %w", b.ID, err)
+	if err := s.deleteBatchRow(ctx, b); err != nil {
+		return err
 	}
 	if !b.ExpiresAt.IsZero() {
 		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{layout.Key(layout.PKRetention, layout.RetentionSK(b.ExpiresAt, b.ID))}); err != nil {
 			return fmt.Errorf("forget %s: retention marker: %w", b.ID, err)
 		}
+	}
+	return nil
+}
+
+// deleteBatchRow deletes the batch row; with b.ForgettingBy set, one
+// DeleteItem conditioned on forgetting_by = it (the row is this forget's
+// to delete: a later forget's mark makes it that one's), else
+// unconditioned. A row already gone is no error (a resend after a lost
+// answer finds none).
+func (s *Store) deleteBatchRow(ctx context.Context, b ledger.Batch) error {
+	k := layout.Key(layout.BatchPK(b.ID), layout.SKBatch)
+	if b.ForgettingBy == "" {
+		if err := s.deleteKeys(ctx, []map[string]types.AttributeValue{k}); err != nil {
+			return fmt.Errorf("forget %s: %w", b.ID, err)
+		}
+		return nil
+	}
+	expr, err := expression.NewBuilder().WithCondition(expression.Or(
+		expression.AttributeNotExists(expression.Name(config.AttrPK)),
+		expression.Name(layout.AttrForgettingBy).Equal(expression.Value(b.ForgettingBy)))).Build()
+	if err != nil {
+		return err
+	}
+	c, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err = s.db.DeleteItem(c, &dynamodb.DeleteItemInput{TableName: &s.table, Key: k,
+		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	if _, ok := conflict(err); ok {
+		return fmt.Errorf("forget %s: the batch row is no longer this forget's (marked by a later forget, which deletes it, or the id submitted again): %w", b.ID, ledger.ErrForgetGoing)
+	}
+	if err != nil {
+		return fmt.Errorf("forget %s: %w", b.ID, err)
 	}
 	return nil
 }
@@ -341,25 +374,51 @@ func (s *Store) DeleteMarker(ctx context.Context, markerKey string) error {
 }
 
 // MarkForgetting flags a finished batch as being forgotten, under the
-// condition status <> running; from then on StartRun refuses it. Returns
-// api.ErrConflict while a run is going, api.ErrNotFound without a row.
-// Idempotent.
-func (s *Store) MarkForgetting(ctx context.Context, id string) error {
-	expr, err := expression.NewBuilder().
-		WithCondition(expression.And(
-			expression.AttributeExists(expression.Name(config.AttrPK)),
-			expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusRunning))),
-			expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusSubmitting))))).
-		WithUpdate(expression.Set(expression.Name(layout.AttrForgetting), expression.Value(true))).Build()
+// condition status <> running (and <> submitting), created_at_ms = the
+// batch read (m.CreatedAt, when set) and, with m.Quiet, no other mark
+// within it (forgetting_at_ms absent or < m.Now − m.Quiet); it sets
+// forgetting and forgetting_at_ms = m.Now. From then on StartRun refuses
+// it. Errors: api.ErrNotFound without a row or for another batch of the
+// id, api.ErrConflict while a run is going, ledger.ErrForgetGoing for a
+// mark within m.Quiet.
+func (s *Store) MarkForgetting(ctx context.Context, m ledger.ForgetMark) error {
+	cond := expression.And(
+		expression.AttributeExists(expression.Name(config.AttrPK)),
+		expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusRunning))),
+		expression.Name(layout.AttrStatus).NotEqual(expression.Value(string(api.StatusSubmitting))))
+	if !m.CreatedAt.IsZero() {
+		cond = cond.And(expression.Name(layout.AttrCreatedAtMs).Equal(expression.Value(m.CreatedAt.UnixMilli())))
+	}
+	if m.Quiet > 0 {
+		cond = cond.And(expression.Or(
+			expression.AttributeNotExists(expression.Name(layout.AttrForgettingAtMs)),
+			expression.Name(layout.AttrForgettingAtMs).LessThan(expression.Value(m.Now.Add(-m.Quiet).UnixMilli()))))
+	}
+	u := expression.Set(expression.Name(layout.AttrForgetting), expression.Value(true)).
+		Set(expression.Name(layout.AttrForgettingAtMs), expression.Value(m.Now.UnixMilli()))
+	if m.Token != "" {
+		u = u.Set(expression.Name(layout.AttrForgettingBy), expression.Value(m.Token))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
-	_, old, err := s.updateRow(ctx, layout.Key(layout.BatchPK(id), layout.SKBatch), expr, types.ReturnValueNone)
-	switch {
-	case errors.Is(err, api.ErrConflict) && len(old) == 0:
-		return fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("forget %s: a run is going: %w", id, err)
+	_, old, err := s.updateRow(ctx, layout.Key(layout.BatchPK(m.BatchID), layout.SKBatch), expr, types.ReturnValueNone)
+	if !errors.Is(err, api.ErrConflict) {
+		if err != nil {
+			return fmt.Errorf("forget %s: %w", m.BatchID, err)
+		}
+		return nil
 	}
-	return nil
+	var row layout.BatchRow
+	if len(old) == 0 || attributevalue.UnmarshalMap(old, &row) != nil {
+		return fmt.Errorf("batch %s: %w", m.BatchID, api.ErrNotFound)
+	}
+	switch {
+	case row.Status == string(api.StatusRunning) || row.Status == string(api.StatusSubmitting):
+		return fmt.Errorf("forget %s: a run is going: %w", m.BatchID, err)
+	case !m.CreatedAt.IsZero() && row.CreatedAtMs != m.CreatedAt.UnixMilli():
+		return fmt.Errorf("batch %s (created %s): submitted again since: %w", m.BatchID, m.CreatedAt.Format(time.RFC3339), api.ErrNotFound)
+	}
+	return fmt.Errorf("forget %s: marked by another forget at %s: %w", m.BatchID, layout.FromMs(row.ForgettingAtMs).Format(time.RFC3339), ledger.ErrForgetGoing)
 }

@@ -179,8 +179,8 @@ func (s *contractStore) ReadItems(_ context.Context, _ string, _ int, keys []str
 func (s *contractStore) MarkRevision(context.Context, ledger.Batch, int, []ledger.RevisionMark) error {
 	return nil
 }
-func (s *contractStore) ReleaseItem(context.Context, string, int, string) error { return nil }
-func (s *contractStore) MarkForgetting(context.Context, string) error           { return nil }
+func (s *contractStore) ReleaseItem(context.Context, string, int, string) error  { return nil }
+func (s *contractStore) MarkForgetting(context.Context, ledger.ForgetMark) error { return nil }
 func (s *contractStore) DeleteBatch(_ context.Context, b ledger.Batch) error {
 	delete(s.batches, b.ID)
 	return nil

@@ -42,6 +42,12 @@ type Batch struct {
 	// HiddenPlan is the part of the batch's plan the API never shows
 	// (see HiddenPlan); never in JSON.
 	HiddenPlan `json:"-"`
+	// ForgettingAt and ForgettingBy are when the latest forget marked the
+	// batch and that forget's token (ForgetMark.Now, ForgetMark.Token):
+	// the forget whose mark it is deletes the batch row
+	// (Store.DeleteBatch); zero when none has.
+	ForgettingAt time.Time `json:"-"`
+	ForgettingBy string    `json:"-"`
 	// TaskGone is set (Store.SetTaskGone) when a heartbeat found the task
 	// no longer awaited (ErrTaskGone): no more heartbeats are sent.
 	TaskGone bool `json:"-"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
 )
@@ -13,9 +14,41 @@ import (
 // each method).
 type BatchDeleter interface {
 	GetBatch(ctx context.Context, id string) (Batch, error)
-	MarkForgetting(ctx context.Context, id string) error
+	MarkForgetting(ctx context.Context, m ForgetMark) error
 	DeleteBatch(ctx context.Context, b Batch) error
 }
+
+// ForgetMark is a forget's mark on the batch row (Store.MarkForgetting).
+type ForgetMark struct {
+	BatchID string
+	// CreatedAt is the creation time of the batch the forget read: a row
+	// of another batch of the id (the id submitted again meanwhile) is
+	// not marked. Zero: any.
+	CreatedAt time.Time
+	// Now stamps the mark (Batch.ForgettingAt).
+	Now time.Time
+	// Token is the forget's own (NewTakeToken): the batch row is deleted
+	// by the forget whose token the row holds (Batch.ForgettingBy).
+	Token string
+	// Quiet > 0 refuses the mark (ErrForgetGoing) while another forget
+	// marked the batch less than Quiet before Now: that forget may still
+	// be deleting (ForgetQuiet).
+	Quiet time.Duration
+}
+
+// ErrForgetGoing says another forget of the batch may still be deleting
+// its rows and objects: a forget that must be the only one (ForgetStale)
+// was refused its mark, or a forget's batch row was marked since by
+// another, which deletes it. It wraps api.ErrConflict.
+var ErrForgetGoing = fmt.Errorf("another forget of the batch is going: %w", api.ErrConflict)
+
+// ForgetQuiet is how long after another forget's mark a forget that must
+// be the only one (ForgetStale) is refused: a forget runs within one
+// function invocation (the control API's, the sweep's, submit's), which
+// Lambda ends at its timeout, at most 900 s ("Lambda quotas", Lambda
+// developer guide: function timeout), plus a minute for a request sent
+// at its end.
+const ForgetQuiet = 16 * time.Minute
 
 // Forget removes everything the batch owns: it flags the batch as being
 // forgotten (pending_deletion; no resume can start a run from then on),
@@ -29,6 +62,22 @@ type BatchDeleter interface {
 // (control), the sweep at the end of the retention and a submit that
 // reuses the id of a stale batch all forget with it.
 func Forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger) error {
+	return forget(ctx, store, blobs, id, log, 0)
+}
+
+// ForgetStale is Forget for a submit that reuses the id of a stale batch
+// and creates a new batch under it once the old one is gone: it must be
+// the only forget of the batch, or another, still deleting, would delete
+// the new batch's rows and objects (its item and counter rows and its
+// manifest share the old one's keys). So it is refused (ErrForgetGoing)
+// while another forget marked the batch within ForgetQuiet, and when
+// another forget marks it while it deletes (that one then deletes the
+// batch row).
+func ForgetStale(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger) error {
+	return forget(ctx, store, blobs, id, log, ForgetQuiet)
+}
+
+func forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger, quiet time.Duration) error {
 	b, err := store.GetBatch(ctx, id)
 	if err != nil {
 		return err
@@ -41,12 +90,17 @@ func Forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log
 	}
 	// From here no resume can start a run (StartRun refuses a batch being
 	// forgotten), so nothing is deleted under a new run's feet.
-	if err := store.MarkForgetting(ctx, id); err != nil {
-		if errors.Is(err, api.ErrConflict) {
+	mark := ForgetMark{BatchID: id, CreatedAt: b.CreatedAt, Now: time.Now().UTC().Truncate(time.Millisecond), Quiet: quiet, Token: NewTakeToken()}
+	if err := store.MarkForgetting(ctx, mark); err != nil {
+		switch {
+		case errors.Is(err, ErrForgetGoing):
+			return fmt.Errorf("forget %s: %w", id, err)
+		case errors.Is(err, api.ErrConflict):
 			return fmt.Errorf("forget %s: a run started; cancel it first: %w", id, err)
 		}
 		return err
 	}
+	b.ForgettingAt, b.ForgettingBy = mark.Now, mark.Token
 	n, err := blobs.DeletePrefix(ctx, api.BatchesPrefix(id))
 	if err != nil {
 		return fmt.Errorf("forget %s: %d objects deleted: %w: %w", id, n, api.ErrPendingDeletion, err)

@@ -252,13 +252,21 @@ type Store interface {
 	// stamps the mark (its row TTL).
 	MarkCounted(ctx context.Context, batchID string, listShards int, key string, run int, now time.Time) (bool, error)
 	// MarkForgetting flags a finished batch as being forgotten, so that no
-	// run can start while its state is deleted; ErrConflict while a run is
-	// going. Idempotent.
-	MarkForgetting(ctx context.Context, id string) error
+	// run can start while its state is deleted, and stamps the mark
+	// (Batch.ForgettingAt = m.Now, Batch.ForgettingBy = m.Token; see
+	// ForgetMark). Errors: ErrNotFound
+	// without a row, or when the row is another batch of the id than the
+	// one read (m.CreatedAt); ErrConflict while a run is going;
+	// ErrForgetGoing when m.Quiet is set and another forget marked the
+	// batch less than m.Quiet before m.Now. Idempotent otherwise.
+	MarkForgetting(ctx context.Context, m ForgetMark) error
 	// DeleteBatch removes every row of the batch: its items, counters,
 	// concurrency slots, tracks and claim counters, and running marker, then the batch row, and its retention markers last,
 	// only once everything else is gone (rows a delete left unprocessed are
 	// retried; if some stay, the error says so and the markers remain).
+	// With b.ForgettingBy set, the batch row goes only while that is its
+	// mark's token (a later forget's mark is that forget's to delete):
+	// ErrForgetGoing otherwise, the markers kept.
 	DeleteBatch(ctx context.Context, b Batch) error
 	// KeepRows sets the TTL (config.AttrExpiresAt, epoch seconds) of the
 	// batch's item rows named by keys, and of its counter rows of every

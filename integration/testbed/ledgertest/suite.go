@@ -842,21 +842,60 @@ var cases = []suiteCase{
 		isConflict(t, "start run of a refused batch", err)
 	}},
 	{"MarkForgetting", func(t *testing.T, s ledger.Store) {
-		if err := s.MarkForgetting(ctx, "none"); !errors.Is(err, api.ErrNotFound) {
+		if err := s.MarkForgetting(ctx, ledger.ForgetMark{BatchID: "none", Now: T0}); !errors.Is(err, api.ErrNotFound) {
 			t.Fatalf("forget without a row: %v, want ErrNotFound", err)
 		}
-		create(t, s, newBatch("b1"))
-		isConflict(t, "forget while running", s.MarkForgetting(ctx, "b1"))
+		b := create(t, s, newBatch("b1"))
+		mark := ledger.ForgetMark{BatchID: "b1", CreatedAt: b.CreatedAt, Now: T0.Add(2 * time.Hour), Token: "first"}
+		isConflict(t, "forget while running", s.MarkForgetting(ctx, mark))
 		finish(t, s, "b1", 1, api.StatusCompleted, T0.Add(time.Hour))
 		for range 2 {
-			if err := s.MarkForgetting(ctx, "b1"); err != nil {
+			if err := s.MarkForgetting(ctx, mark); err != nil {
 				t.Fatal(err)
 			}
 		}
 		got, _ := s.GetBatch(ctx, "b1")
 		check(t, "pending deletion", got.PendingDeletion, true)
+		check(t, "marked at (ms)", got.ForgettingAt.UnixMilli(), mark.Now.UnixMilli())
 		_, err := s.StartRun(ctx, "b1", 1, T0)
 		isConflict(t, "start run while forgetting", err)
+		// Another batch of the id than the one read is not marked.
+		other := mark
+		other.CreatedAt = T0.Add(time.Minute)
+		if err := s.MarkForgetting(ctx, other); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("mark of another batch of the id: %v, want ErrNotFound", err)
+		}
+		// A forget that must be the only one is refused within the quiet
+		// time of another's mark, and marks after it.
+		only := mark
+		only.Quiet, only.Now, only.Token = ledger.ForgetQuiet, mark.Now.Add(ledger.ForgetQuiet-time.Second), "only"
+		if err := s.MarkForgetting(ctx, only); !errors.Is(err, ledger.ErrForgetGoing) || !errors.Is(err, api.ErrConflict) {
+			t.Fatalf("mark within the quiet time: %v, want ErrForgetGoing", err)
+		}
+		only.Now = mark.Now.Add(ledger.ForgetQuiet + time.Second)
+		if err := s.MarkForgetting(ctx, only); err != nil {
+			t.Fatalf("mark past the quiet time: %v", err)
+		}
+		// The batch row is the latest mark's to delete.
+		got, _ = s.GetBatch(ctx, "b1")
+		check(t, "marked by", got.ForgettingBy, "only")
+		stale := got
+		stale.ForgettingBy = mark.Token
+		if err := s.DeleteBatch(ctx, stale); !errors.Is(err, ledger.ErrForgetGoing) {
+			t.Fatalf("delete by an earlier mark: %v, want ErrForgetGoing", err)
+		}
+		if _, err := s.GetBatch(ctx, "b1"); err != nil {
+			t.Fatalf("the batch row after an earlier mark's delete: %v, want it kept", err)
+		}
+		if err := s.DeleteBatch(ctx, got); err != nil {
+			t.Fatalf("delete by the latest mark: %v", err)
+		}
+		if _, err := s.GetBatch(ctx, "b1"); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("the batch row after the latest mark's delete: %v, want gone", err)
+		}
+		if err := s.DeleteBatch(ctx, got); err != nil {
+			t.Fatalf("the same delete sent again: %v", err)
+		}
 	}},
 	{"CountChunkSumsCost", func(t *testing.T, s ledger.Store) {
 		b := create(t, s, newBatch("cost"))

@@ -879,24 +879,35 @@ func (s *Store) StartCorrection(ctx context.Context, id string, from int, rev ap
 }
 
 // MarkForgetting implements ledger.Store.
-func (s *Store) MarkForgetting(_ context.Context, id string) error {
+func (s *Store) MarkForgetting(_ context.Context, m ledger.ForgetMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, ok := s.batch(id)
+	b, ok := s.batch(m.BatchID)
 	switch {
 	case !ok:
-		return fmt.Errorf("batch %s: %w", id, api.ErrNotFound)
+		return fmt.Errorf("batch %s: %w", m.BatchID, api.ErrNotFound)
 	case b.Status == api.StatusRunning || b.Status == api.StatusSubmitting:
-		return conflictf("forget %s: a run is going", id)
+		return conflictf("forget %s: a run is going", m.BatchID)
+	case !m.CreatedAt.IsZero() && !ms(b.CreatedAt).Equal(ms(m.CreatedAt)):
+		return fmt.Errorf("batch %s: submitted again since: %w", m.BatchID, api.ErrNotFound)
+	case m.Quiet > 0 && !b.ForgettingAt.IsZero() && !b.ForgettingAt.Before(ms(m.Now.Add(-m.Quiet))):
+		return fmt.Errorf("forget %s: marked by another forget: %w", m.BatchID, ledger.ErrForgetGoing)
 	}
-	b.PendingDeletion = true
+	b.PendingDeletion, b.ForgettingAt, b.ForgettingBy = true, ms(m.Now), m.Token
 	return nil
 }
 
-// DeleteBatch implements ledger.Store: every row of the batch goes.
+// DeleteBatch implements ledger.Store: every row of the batch goes; with
+// b.ForgettingBy set, the batch row and its retention marker only while
+// that is the row's mark (as DynamoDB's adapter deletes them last, under
+// that condition).
 func (s *Store) DeleteBatch(_ context.Context, b ledger.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if cur, ok := s.batch(b.ID); ok && b.ForgettingBy != "" && cur.ForgettingBy != b.ForgettingBy {
+		defer delete(s.running, b.ID) // the adapter deletes the marker with the rows, before the batch row
+		return fmt.Errorf("forget %s: the batch row is no longer this forget's: %w", b.ID, ledger.ErrForgetGoing)
+	}
 	delete(s.items, b.ID)
 	delete(s.packs, b.ID)
 	delete(s.attn, b.ID)

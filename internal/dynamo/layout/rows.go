@@ -78,6 +78,9 @@ const (
 	AttrFannedOut        = "fanned_out"
 	AttrFinishedAtMs     = "finished_at_ms"
 	AttrForgetting       = "forgetting"
+	AttrForgettingAtMs   = "forgetting_at_ms" // ledger.Batch.ForgettingAt
+	AttrForgettingBy     = "forgetting_by"    // ledger.Batch.ForgettingBy
+	AttrCreatedAtMs      = "created_at_ms"
 	AttrRevisions        = "revisions"
 	AttrRunRevision      = "run_revision"
 	AttrItemCount        = "item_count"
@@ -212,6 +215,8 @@ type BatchRow struct {
 	Failure         string             `dynamodbav:"failure,omitempty"`
 	FinalizeFails   int                `dynamodbav:"finalize_failures,omitempty"`
 	Forgetting      bool               `dynamodbav:"forgetting,omitempty"`
+	ForgettingAtMs  int64              `dynamodbav:"forgetting_at_ms,omitempty"`
+	ForgettingBy    string             `dynamodbav:"forgetting_by,omitempty"`
 	PublishedRun    int                `dynamodbav:"published_run,omitempty"`
 	TaskToken       string             `dynamodbav:"task_token,omitempty"`             // ledger.Batch.TaskToken
 	TaskHeartbeat   int                `dynamodbav:"task_heartbeat_seconds,omitempty"` // ledger.Batch.TaskHeartbeat
@@ -401,6 +406,8 @@ func FromBatchRow(r BatchRow) (ledger.Batch, error) {
 		FanRows:          r.FanRows,
 		SubmitDeadline:   FromMs(r.SubmitDeadMs),
 		PublishedRun:     r.PublishedRun,
+		ForgettingAt:     FromMs(r.ForgettingAtMs),
+		ForgettingBy:     r.ForgettingBy,
 		TaskGone:         r.TaskGone,
 		TraceParent:      r.TraceParent,
 		TraceState:       r.TraceState,

@@ -33,7 +33,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 	on := true
 	br := BatchRow{Chunks: 1, MaxConcurrency: 1, OnInterrupt: "x", Headers: map[string]string{"a": "b"}, KeyField: "k",
 		SubmittedBy: "s", FinishedAtMs: 1, ReportKey: "r", Census: "{}", Stop: "s", StopDetail: "d", ExpiresAtMs: 1,
-		Request: "{}", SubmitAttempts: 1, SubmitDeadMs: 1, Refusal: "{}", Forgetting: true, PublishedRun: 1,
+		Request: "{}", SubmitAttempts: 1, SubmitDeadMs: 1, Refusal: "{}", Forgetting: true, ForgettingAtMs: 1, ForgettingBy: "t", PublishedRun: 1,
 		StopOnThreshold: &on, BatchesPK: "p", BatchesSK: "s", Checked: "{}", CSV: "{}", SourceFormat: "csv", CheckPlan: "c", TaskGone: true}
 	item, batchAttrs := full(ItemRow{}), full(br)
 	for _, name := range []string{AttrAttempt, AttrCost, AttrError, AttrFirstAttempt, AttrLeaseUntilMs, AttrOutcome,
@@ -43,7 +43,7 @@ func TestAttributeConstantsNameStoredAttributes(t *testing.T) {
 		}
 	}
 	for _, name := range []string{AttrBatchID, AttrCensus, AttrChunks, AttrCounterShards, AttrExpiresAtMs, AttrFannedOut,
-		AttrFinishedAtMs, AttrForgetting, AttrItemCount, AttrListShards, AttrManifestBytes, AttrManifestDigest, AttrManifestKey,
+		AttrFinishedAtMs, AttrForgetting, AttrForgettingAtMs, AttrForgettingBy, AttrCreatedAtMs, AttrItemCount, AttrListShards, AttrManifestBytes, AttrManifestDigest, AttrManifestKey,
 		AttrNeedsAttention, AttrPublishedRun, AttrRefusal, AttrReportKey, AttrRun, AttrRunStartedAtMs, AttrStatus, AttrStop,
 		AttrStopDetail, AttrSubmitAttempts, AttrSubmitDeadlineMs, AttrChecked, AttrCSV, attrSourceFormat, AttrTaskGone} {
 		if !batchAttrs[name] {
