@@ -488,24 +488,56 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	it, err := s.settle(ctx, r, fresh(r.Run, r.Revision), u)
+	it, err := s.settle(ctx, r, settleFresh, fresh(r.Run, r.Revision), u)
 	switch {
 	case errors.Is(err, api.ErrConflict) && it.Outcome == api.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now):
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
-		it, err = s.settle(ctx, r, expired(r.Run, r.Now), u)
+		it, err = s.settle(ctx, r, settleFresh, expired(r.Run, r.Now), u)
 	case errors.Is(err, api.ErrConflict) && it.Outcome.Held() && it.Run == r.Run:
-		// Held in this run: settled once woken, its attempts kept.
+		// Held in this run: settled once woken, its attempts kept; what
+		// it was held as is copied for a resend (settledBefore).
 		held, heldAt := it.Outcome, it.UpdatedAt
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
-		if it, err = s.settle(ctx, r, woken(r.Run), u); err == nil {
+		u = u.Set(expression.Name(layout.AttrTookOutcome), expression.Name(layout.AttrOutcome)).
+			Set(expression.Name(layout.AttrTookUpdatedMs), expression.Name(layout.AttrUpdatedAtMs).IfNotExists(expression.Value(0)))
+		if it, err = s.settle(ctx, r, settleHeld, woken(r.Run), u); err == nil {
 			it.Resumed, it.ResumedAt = held, heldAt
 		}
 	}
 	return it, err
+}
+
+// The kinds of settle, stored after the settle's token (AttrTakeToken),
+// as a take's kind.
+const (
+	settleFresh takeKind = 's' // a fresh row or an expired lease: nothing resumed
+	settleHeld  takeKind = 'h' // a woken held row: resumed from it (AttrTookOutcome, AttrTookUpdatedMs)
+)
+
+// settledBefore recognises a settle sent again after its answer was lost
+// (ledger.Record.Token): the row refused it, but it holds r's outcome in
+// r's run under r's token, so the first try was applied; it answers what
+// that try did.
+func settledBefore(r ledger.Record, stored map[string]types.AttributeValue) (ledger.Item, bool) {
+	if r.Token == "" || len(stored) == 0 {
+		return ledger.Item{}, false
+	}
+	var row layout.ItemRow
+	if err := attributevalue.UnmarshalMap(stored, &row); err != nil || row.Run != r.Run || row.Outcome != string(r.Outcome) {
+		return ledger.Item{}, false
+	}
+	token, k, ok := strings.Cut(row.Token, ".")
+	if !ok || token != r.Token || len(k) != 1 {
+		return ledger.Item{}, false
+	}
+	if takeKind(k[0]) == settleHeld {
+		return ledger.Item{Resumed: api.Outcome(row.TookOutcome), ResumedAt: layout.FromMs(row.TookUpdatedMs)}, true
+	}
+	return ledger.Item{}, true
 }
 
 // SettleUnstarted writes a terminal outcome for an item not reserved in
@@ -520,16 +552,22 @@ func (s *Store) SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.It
 		Set(expression.Name(layout.AttrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1))).
 		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(0)).
 		Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled))
-	return s.settle(ctx, r, fresh(r.Run, r.Revision), u)
+	return s.settle(ctx, r, settleFresh, fresh(r.Run, r.Revision), u)
 }
 
-func (s *Store) settle(ctx context.Context, r ledger.Record, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+func (s *Store) settle(ctx context.Context, r ledger.Record, kind takeKind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+	if r.Token != "" {
+		u = u.Set(expression.Name(layout.AttrTakeToken), expression.Value(r.Token+"."+string(kind)))
+	}
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return ledger.Item{}, err
 	}
 	_, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
 	if errors.Is(err, api.ErrConflict) {
+		if it, ok := settledBefore(r, old); ok {
+			return it, nil
+		}
 		it, uerr := layout.ItemFrom(r.BatchID, old)
 		if uerr != nil {
 			return ledger.Item{}, uerr

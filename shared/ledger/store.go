@@ -464,6 +464,11 @@ type Record struct {
 	// none. Record refuses them with an *EffectsError.
 	Effects StagedEffects
 	Now     time.Time
+	// Token (Settle, SettleUnstarted) is the settle's own, as a take's
+	// (Reservation.Token): a settle sent again after its answer was lost
+	// finds its own outcome under it and answers as the first try (the
+	// item counted once, by the delivery that settled it).
+	Token string
 }
 
 // StagedEffects is what one attempt staged. Its concrete type belongs to

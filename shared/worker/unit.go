@@ -232,7 +232,7 @@ func (u *itemUnit) take(ctx context.Context, t taking) (*hold, error) {
 	default:
 		s := t.settle(ledger.ItemState{Key: u.key}, now)
 		r := u.record(now)
-		r.Outcome, r.Reason, r.Error = s.Outcome, s.Reason, s.Error
+		r.Outcome, r.Reason, r.Error, r.Token = s.Outcome, s.Reason, s.Error, ledger.NewTakeToken()
 		if t.mode == ledger.ModeSettle {
 			it, err = w.Store.Settle(ctx, r)
 		} else {

@@ -9,15 +9,15 @@ import (
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
-// A take sent again after its answer was lost: the SDK sends a write
-// again when its answer was lost (a reset connection, a 5xx), also when
-// the first try was applied, and the resend then fails the take's own
-// condition on the take's own row. Under the take's token
-// (Reservation.Token, PackWrite.Token) the store answers the resend as
-// the first try: taken, with what the take found (interrupted, resumed,
-// run attempts), no attempt added; a take under another token is
-// refused as before. Each case sends the same take twice, as the SDK
-// does.
+// A take or a settle sent again after its answer was lost: the SDK sends
+// a write again when its answer was lost (a reset connection, a 5xx),
+// also when the first try was applied, and the resend then fails the
+// write's own condition on the write's own row. Under the write's token
+// (Reservation.Token, PackWrite.Token, Record.Token of a settle) the
+// store answers the resend as the first try: taken (with what the take
+// found: interrupted, resumed, run attempts; no attempt added) or
+// settled; one under another token is refused as before. Each case
+// sends the same write twice, as the SDK does.
 
 func init() { cases = append(cases, resendCases...) }
 
@@ -105,6 +105,53 @@ var resendCases = []suiteCase{
 		check(t, "resume: resumed from", took.Resumed, api.OutcomeWithheld)
 		check(t, "resume: resumed at (ms)", took.ResumedAt.UnixMilli(), wake.Now.UnixMilli())
 		check(t, "resume: run attempts", took.RunAttempts, 2)
+	}},
+	{"SettleSentAgainAnswersAsTheFirst", func(t *testing.T, s ledger.Store) {
+		b := create(t, s, newBatch("resend-settle"))
+		twice := func(what string, r ledger.Record, settle func(ledger.Record) (ledger.Item, error)) ledger.Item {
+			t.Helper()
+			first, err := settle(r)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			again, err := settle(r)
+			if err != nil {
+				t.Fatalf("%s sent again: %v, want the first try's answer", what, err)
+			}
+			check(t, what+": resumed", again.Resumed, first.Resumed)
+			check(t, what+": resumed at (ms)", again.ResumedAt.UnixMilli(), first.ResumedAt.UnixMilli())
+			other := r
+			other.Token = ledger.NewTakeToken()
+			_, err = settle(other)
+			isConflict(t, what+" by another delivery", err)
+			return first
+		}
+		settle := func(r ledger.Record) (ledger.Item, error) { return s.Settle(ctx, r) }
+		unstarted := func(r ledger.Record) (ledger.Item, error) { return s.SettleUnstarted(ctx, r) }
+		// A row never reserved: cancelled, and dead-lettered unstarted.
+		r := rec(b, "fresh", 1, 0, api.OutcomeCancelled, T0)
+		r.Token = ledger.NewTakeToken()
+		twice("settle of a fresh row", r, settle)
+		r = rec(b, "unstarted", 1, 0, api.OutcomeFailed, T0)
+		r.Reason, r.Error, r.Token = api.ReasonDeadLettered, "dead-lettered", ledger.NewTakeToken()
+		twice("settle of an unstarted row", r, unstarted)
+		// In flight, its lease ended.
+		reserve(t, s, res(b, "ended", 1, T0))
+		r = rec(b, "ended", 1, 0, api.OutcomeCancelled, T0.Add(lease+time.Second))
+		r.Token = ledger.NewTakeToken()
+		twice("settle of an ended lease", r, settle)
+		check(t, "ended: cancelled", mustGet(t, s, b, "ended").Outcome, api.OutcomeCancelled)
+		// Held and woken to cancel: resumed from it on both answers.
+		done(t, s, b, "held", 1, api.OutcomeWithheld, T0)
+		held := mustGet(t, s, b, "held")
+		if _, err := s.WakeItem(ctx, ledger.WakeMark{BatchID: b.ID, ListShards: b.ListShards, Key: "held", Run: 1, By: api.WakeCancel, Now: T0.Add(time.Second),
+			Subject: heldSubject, Outcome: api.OutcomeWithheld, Attempt: held.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+		r = rec(b, "held", 1, 0, api.OutcomeCancelled, T0.Add(2*time.Second))
+		r.Token = ledger.NewTakeToken()
+		got := twice("settle of a woken held row", r, settle)
+		check(t, "held: resumed from", got.Resumed, api.OutcomeWithheld)
 	}},
 	{"PackTakeSentAgainAnswersAsTheFirst", func(t *testing.T, s ledger.Store) {
 		b := create(t, s, packBatch("resend-pack"))

@@ -21,9 +21,9 @@ type row struct {
 	leaseUntil time.Time
 	shard      int // item shard, from the write's ListShards
 	expiresAt  time.Time
-	// token is the last take's (ledger.Reservation.Token) and taken what
-	// that take answered: a resend of it answers the same, as DynamoDB's
-	// adapter does from the row.
+	// token is the last take's or settle's (ledger.Reservation.Token,
+	// ledger.Record.Token) and taken what it answered: a resend of it
+	// answers the same, as DynamoDB's adapter does from the row.
 	token string
 	taken ledger.Item
 }
@@ -230,16 +230,21 @@ func (s *Store) settle(r ledger.Record, mode ledger.Mode) (ledger.Item, error) {
 	defer s.mu.Unlock()
 	cur, step, _ := s.plan(r.BatchID, r.Key, r.ListShards, r.Run, r.Revision, mode, r.Now)
 	if step != ledger.StepSettle {
+		if r.Token != "" && cur.token == r.Token && cur.s.Run == r.Run && cur.s.Outcome == r.Outcome {
+			return cur.taken, nil // this settle sent again after its answer was lost
+		}
 		return s.stored(r.BatchID, r.Key), conflictf("settle %s/%s", r.BatchID, r.Key)
 	}
 	was := cur.s
 	cur.s = ledger.Settled(cur.s, r.Run, r.Outcome, r.Reason, r.Error, ms(r.Now))
 	setOutcome(cur, r)
 	s.put(cur)
+	var it ledger.Item
 	if was.Run == r.Run && was.Outcome.Held() {
-		return ledger.Item{Resumed: was.Outcome, ResumedAt: was.UpdatedAt}, nil
+		it = ledger.Item{Resumed: was.Outcome, ResumedAt: was.UpdatedAt}
 	}
-	return ledger.Item{}, nil
+	cur.token, cur.taken = r.Token, it
+	return it, nil
 }
 
 // ReleaseItem implements ledger.Store.
