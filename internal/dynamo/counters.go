@@ -23,6 +23,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/retry"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/streak"
 )
 
 // CountChunk adds c to the counter of its chunk with one UpdateItem that
@@ -132,7 +133,7 @@ const waitPrune = 10
 // name and one error, interrupted, timed_out, held_{outcome}; REMOVE the buckets of the
 // waitPrune minutes before now; SET its token slot), sent once at a time
 // as CountLane's (addOnce): never counted twice. A class has one of
-// ledger.StreakSlots() slots (ledger.StreakSlot): two classes in one
+// streak.Slots slots (streak.Slot): two classes in one
 // slot are counted together under the name written last.
 func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	u := expression.Set(expression.Name(layout.TokenSlot(c.Token)), expression.Value(layout.TokenMark(c.Token, c.Now)))
@@ -149,7 +150,7 @@ func (s *Store) CountWaits(ctx context.Context, c ledger.WaitCount) error {
 	}
 	slots := map[int]map[int64]int64{}
 	for class, w := range c.Causes {
-		slot := ledger.StreakSlot(class)
+		slot := streak.Slot(class)
 		u = u.Set(expression.Name(layout.CauseClassAttr(slot)), expression.Value(class))
 		if w.Error != "" {
 			u = u.Set(expression.Name(layout.CauseErrorAttr(slot)), expression.Value(w.Error)) // cut by the caller (ledger.MaxWaitCauseBytes)
@@ -273,7 +274,7 @@ func (s *Store) CountLane(ctx context.Context, c ledger.LaneCount) (ledger.LaneC
 	}
 	u = addCosts(u, c.Cost, c.Spent)
 	if c.Answered {
-		for i := range ledger.StreakSlots() {
+		for i := range streak.Slots {
 			u = u.Remove(expression.Name(layout.StreakAttr(i)))
 		}
 	} else {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/streak"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -34,7 +35,7 @@ func TestCountLaneExpressionWithinLimit(t *testing.T) {
 		cost[name], spent[name] = decimal.NewFromFloat(0.25), decimal.NewFromFloat(0.5)
 	}
 	streaks := map[int]int64{}
-	for i := range ledger.StreakSlots() {
+	for i := range streak.Slots {
 		streaks[i] = 1
 	}
 	outcomes := map[api.Outcome]int64{}

@@ -2,15 +2,10 @@ package ledger
 
 import (
 	"context"
-	"errors"
-	"hash/fnv"
-	"net"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
-	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
 // The pause's constants.
@@ -22,48 +17,7 @@ const (
 	// run's most recent attempts; a lane that keeps failing tries to pause
 	// the batch again at each further PauseAfter failures.
 	PauseAfter = 10
-	// streakSlots is how many failure-class slots a counter lane keeps
-	// (StreakSlot).
-	streakSlots = 8
 )
-
-// FailureClass names the kind of a transient failure, for the pause's
-// "same class" test: an error's own FailureClass() method (the webhook's
-// StatusError: "http 502"), a throttling ("throttled http 503"), a
-// connection refused or reset, a timeout, a DNS failure, or "transient".
-// At most 64 bytes.
-func FailureClass(err error) string {
-	var own interface{ FailureClass() string }
-	var dns *net.DNSError
-	var nerr net.Error
-	switch t, throttled := pipeline.ThrottleOf(err); {
-	case errors.As(err, &own):
-		return pipeline.CutText(own.FailureClass(), 64)
-	case throttled:
-		return pipeline.CutText("throttled "+t.Service+" "+t.Code, 64)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
-	case errors.As(err, &dns):
-		return "dns"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
-		return "timeout"
-	}
-	return "transient"
-}
-
-// StreakSlot is the counter lane's slot of failure class c: FNV-1a(c)
-// mod 8. Two classes may share a slot; their failures then count as one
-// class's.
-func StreakSlot(c string) int {
-	h := fnv.New32a()
-	h.Write([]byte(c))
-	return int(h.Sum32() % streakSlots)
-}
-
-// StreakSlots is how many failure-class slots a counter lane keeps.
-func StreakSlots() int { return streakSlots }
 
 // PauseMark is a pause to write (Store.Pause).
 type PauseMark struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger/streak"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -269,7 +270,7 @@ type Ending struct {
 	// attempt sends the new value; it counts no attempt either (Ended
 	// moves FirstAttempt past it).
 	Rotated bool
-	// Class is the failure class (FailureClass) of an ending by a
+	// Class is the failure class (streak.Class) of an ending by a
 	// transient error: a retry (not a throttled one), or a failure at max
 	// attempts; "" for any other ending. The pause counts them.
 	Class string
@@ -305,7 +306,7 @@ func (e Ending) Retry() bool { return e.Outcome == api.OutcomeInFlight }
 // after MinThrottleDelay. A rejected credential read again unchanged
 // (a.Withhold) ends the item withheld under that subject, not counted. A
 // *pipeline.SuspendError ends it suspended (Suspended), not counted. A transient ending carries its failure class
-// (FailureClass).
+// (streak.Class).
 //
 // The retry policy and the pause enter only here (MaxAttempts, Retry,
 // Paused).
@@ -376,7 +377,7 @@ func Conclude(a Attempt) Ending {
 	if !e.Throttled {
 		// A throttling within its bound is the service's rate, not an
 		// outage: it neither pauses a batch nor ends a streak.
-		e.Class = FailureClass(err)
+		e.Class = streak.Class(err)
 	}
 	return e
 }

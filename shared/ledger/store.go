@@ -527,7 +527,7 @@ type LaneCount struct {
 	// Answered says an item of the message batch ended other than by a
 	// transient failure (the downstream answered): every failure-class
 	// streak of the lane ends (is removed). Streaks adds, per slot
-	// (StreakSlot), the attempts that failed transiently when none was
+	// (streak.Slot), the attempts that failed transiently when none was
 	// answered. See Pause.
 	Answered bool
 	Streaks  map[int]int64
@@ -577,7 +577,7 @@ type WaitCount struct {
 	// its Retry-After, Lambda's TooManyRequestsException), which uses no
 	// attempt.
 	Throttled map[int64]int64
-	// Causes counts, by failure class (FailureClass), the other items of
+	// Causes counts, by failure class (streak.Class), the other items of
 	// Due: those that wait after a transient failure, by the same minutes,
 	// with one failure's text.
 	Causes      map[string]WaitCause

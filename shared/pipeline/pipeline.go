@@ -198,7 +198,7 @@ type TimeoutError struct {
 func (e *TimeoutError) Error() string { return e.Err.Error() }
 func (e *TimeoutError) Unwrap() error { return e.Err }
 
-// FailureClass is "timeout" (ledger.FailureClass).
+// FailureClass is "timeout" (streak.Class).
 func (e *TimeoutError) FailureClass() string { return "timeout" }
 
 // TimedOut wraps err as a *TimeoutError of a call given up after d

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/streak"
 	"github.com/bulkrun/bulkrun/shared/pacer"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
@@ -148,7 +149,7 @@ func (h health) streaks() map[int]int64 {
 	}
 	s := map[int]int64{}
 	for c, n := range h.fails {
-		s[ledger.StreakSlot(c)] += n
+		s[streak.Slot(c)] += n
 	}
 	return s
 }
@@ -163,7 +164,7 @@ func (w *Worker) judgeStreaks(ctx context.Context, log *slog.Logger, b ledger.Ba
 		return
 	}
 	for c := range h.fails {
-		slot := ledger.StreakSlot(c)
+		slot := streak.Slot(c)
 		n, ok := after[slot]
 		if !ok || n/ledger.PauseAfter <= (n-added[slot])/ledger.PauseAfter {
 			continue

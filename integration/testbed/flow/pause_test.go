@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/pipeline/webhook"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/streak"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/worker"
@@ -89,7 +90,7 @@ func TestFailureClass(t *testing.T) {
 		{"anything else", errors.New("boom"), "transient"},
 	}
 	for _, tt := range tests {
-		if got := ledger.FailureClass(tt.err); got != tt.want {
+		if got := streak.Class(tt.err); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}

@@ -173,7 +173,7 @@ func readWaitRow(av map[string]types.AttributeValue, p *ledger.Progress) {
 }
 
 // StreakAttr is the lane attribute of failure-class slot i
-// (ledger.StreakSlot): x0 … x7, the attempts that failed transiently with
+// (streak.Slot): x0 … x7, the attempts that failed transiently with
 // a class of that slot since an item of the lane was last answered.
 func StreakAttr(i int) string { return "x" + strconv.Itoa(i) }
 

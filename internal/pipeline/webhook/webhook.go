@@ -271,7 +271,7 @@ func (e *StatusError) Error() string {
 }
 
 // FailureClass is "http" and the status code ("http 502"): the class
-// under which a paused batch counts the failure (ledger.FailureClass).
+// under which a paused batch counts the failure (streak.Class).
 func (e *StatusError) FailureClass() string { return "http " + strconv.Itoa(e.StatusCode) }
 
 // Transient reports whether a retry may succeed: true for 429 and 5xx.
