@@ -14,6 +14,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/held"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 	"github.com/bulkrun/bulkrun/shared/live"
 )
 
@@ -83,7 +84,7 @@ func (c *Control) cancelAs(ctx context.Context, id, detail string) (ledger.Batch
 		return b, fmt.Errorf("cancel %s: no run is going yet (status %s): %w", id, b.Status, api.ErrConflict)
 	}
 	if b.Stop == "" {
-		err := ledger.StopRun(ctx, c.Store, b, b.Run, api.StatusCancelled, detail)
+		err := lifecycle.StopRun(ctx, c.Store, b, b.Run, api.StatusCancelled, detail)
 		if err != nil && !errors.Is(err, api.ErrConflict) {
 			return ledger.Batch{}, err
 		}
@@ -251,7 +252,7 @@ func lineFrom(ctx context.Context, blobs ledger.Blobs, objectKey string, size, o
 // ErrPendingDeletion (wrapped, with the cause) when deleting started and
 // did not finish.
 func (c *Control) Forget(ctx context.Context, id string) error {
-	return ledger.Forget(ctx, c.Store, c.Blobs, id, c.Log)
+	return lifecycle.Forget(ctx, c.Store, c.Blobs, id, c.Log)
 }
 
 // ItemPageBytes bounds a page of Items by size as well as by count: its

@@ -6,6 +6,7 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 	"github.com/bulkrun/bulkrun/shared/ledger/shardmerge"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
@@ -14,8 +15,8 @@ import (
 // calls, each with the contract ledger.Store documents. internal/dynamo
 // implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
-	ledger.RunStopper
-	ledger.BatchDeleter
+	lifecycle.RunStopper
+	lifecycle.BatchDeleter
 	shardmerge.Scanner // PartialResults
 	ListBatches(ctx context.Context, q ledger.BatchQuery) ([]ledger.Batch, string, error)
 	Pause(ctx context.Context, m ledger.PauseMark) error

@@ -6,13 +6,14 @@ import (
 
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 )
 
 // Store is what the submit engine needs of the ledger's store: the methods it
 // calls, each with the contract ledger.Store documents. internal/dynamo
 // implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
-	ledger.BatchDeleter
+	lifecycle.BatchDeleter
 	CreateBatch(ctx context.Context, b ledger.Batch) (ledger.Batch, error)
 	BeginSubmit(ctx context.Context, id string, deadline time.Time) (ledger.Batch, error)
 	Freeze(ctx context.Context, b ledger.Batch) error

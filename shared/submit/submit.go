@@ -16,6 +16,7 @@ import (
 	"github.com/bulkrun/bulkrun/internal/tracing"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 	"github.com/bulkrun/bulkrun/shared/pace"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 	"github.com/bulkrun/bulkrun/shared/secretref"
@@ -370,7 +371,7 @@ func (s *Submitter) clearStale(ctx context.Context, stored ledger.Batch) error {
 	if stored.Status == api.StatusRefused {
 		why = "refused"
 	}
-	if err := ledger.ForgetStale(ctx, s.Store, s.Blobs, stored.ID, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
+	if err := lifecycle.ForgetStale(ctx, s.Store, s.Blobs, stored.ID, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("submit %s: clear the %s batch first: %w", stored.ID, why, err)
 	}
 	s.Log.InfoContext(ctx, why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))

@@ -11,6 +11,7 @@ import (
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/lanebook"
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 	"github.com/bulkrun/bulkrun/shared/pipeline"
 )
 
@@ -325,7 +326,7 @@ func (w *Worker) crossed(b ledger.Batch, before, after int64) bool {
 // early stop finalize alone judges the threshold.
 func (w *Worker) stopOnThreshold(ctx context.Context, log *slog.Logger, b ledger.Batch, failures int64) {
 	v := b.Threshold.Judge(failures, b.ItemCount)
-	err := ledger.StopRun(ctx, w.Store, b, b.Run, api.StatusThresholdExceeded, v.Detail)
+	err := lifecycle.StopRun(ctx, w.Store, b, b.Run, api.StatusThresholdExceeded, v.Detail)
 	switch {
 	case err == nil:
 		log.WarnContext(ctx, "threshold exceeded: run stopping", "detail", v.Detail)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/ledger"
+	"github.com/bulkrun/bulkrun/shared/ledger/lifecycle"
 	"github.com/bulkrun/bulkrun/shared/pace"
 )
 
@@ -12,7 +13,7 @@ import (
 // calls, each with the contract ledger.Store documents. internal/dynamo
 // implements it on DynamoDB, integration/testbed/memstore in memory.
 type Store interface {
-	ledger.RunStopper
+	lifecycle.RunStopper
 	GetBatch(ctx context.Context, id string) (ledger.Batch, error)
 	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item, error)
 	Record(ctx context.Context, r ledger.Record) error

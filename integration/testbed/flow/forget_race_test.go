@@ -56,7 +56,7 @@ func expiredBatch(t *testing.T, r *rig, id string) api.SubmitRequest {
 // keys. Another forget of the old batch still deleting then would delete
 // the new batch's (the sweep's, or a caller's DELETE): its row, running
 // marker, counters and manifest, leaving a run that never ends. So the
-// submit's forget is the only one (ledger.ForgetStale): refused while
+// submit's forget is the only one (lifecycle.ForgetStale): refused while
 // another forget marked the batch within ledger.ForgetQuiet, and when
 // another marks it while it deletes (that one then deletes the batch
 // row); the caller submits again later and gets a new batch.

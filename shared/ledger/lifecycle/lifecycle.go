@@ -1,4 +1,10 @@
-package ledger
+// Package lifecycle holds the ledger's commands that move a batch
+// through its life as a whole: stopping a run (StopRun: a cancel, an
+// early stop) and forgetting a batch (Forget, ForgetStale: a caller's
+// DELETE, the sweep at the end of the retention, a submit that reuses a
+// stale batch's id). Each is written against the part of ledger.Store it
+// needs, so that a function's store interface names only those methods.
+package lifecycle
 
 import (
 	"context"
@@ -8,47 +14,16 @@ import (
 	"time"
 
 	"github.com/bulkrun/bulkrun/shared/api"
+	"github.com/bulkrun/bulkrun/shared/ledger"
 )
 
 // BatchDeleter is what Forget needs of the store (ledger.Store documents
 // each method).
 type BatchDeleter interface {
-	GetBatch(ctx context.Context, id string) (Batch, error)
-	MarkForgetting(ctx context.Context, m ForgetMark) error
-	DeleteBatch(ctx context.Context, b Batch) error
+	GetBatch(ctx context.Context, id string) (ledger.Batch, error)
+	MarkForgetting(ctx context.Context, m ledger.ForgetMark) error
+	DeleteBatch(ctx context.Context, b ledger.Batch) error
 }
-
-// ForgetMark is a forget's mark on the batch row (Store.MarkForgetting).
-type ForgetMark struct {
-	BatchID string
-	// CreatedAt is the creation time of the batch the forget read: a row
-	// of another batch of the id (the id submitted again meanwhile) is
-	// not marked. Zero: any.
-	CreatedAt time.Time
-	// Now stamps the mark (Batch.ForgettingAt).
-	Now time.Time
-	// Token is the forget's own (NewTakeToken): the batch row is deleted
-	// by the forget whose token the row holds (Batch.ForgettingBy).
-	Token string
-	// Quiet > 0 refuses the mark (ErrForgetGoing) while another forget
-	// marked the batch less than Quiet before Now: that forget may still
-	// be deleting (ForgetQuiet).
-	Quiet time.Duration
-}
-
-// ErrForgetGoing says another forget of the batch may still be deleting
-// its rows and objects: a forget that must be the only one (ForgetStale)
-// was refused its mark, or a forget's batch row was marked since by
-// another, which deletes it. It wraps api.ErrConflict.
-var ErrForgetGoing = fmt.Errorf("another forget of the batch is going: %w", api.ErrConflict)
-
-// ForgetQuiet is how long after another forget's mark a forget that must
-// be the only one (ForgetStale) is refused: a forget runs within one
-// function invocation (the control API's, the sweep's, submit's), which
-// Lambda ends at its timeout, at most 900 s ("Lambda quotas", Lambda
-// developer guide: function timeout), plus a minute for a request sent
-// at its end.
-const ForgetQuiet = 16 * time.Minute
 
 // Forget removes everything the batch owns: it flags the batch as being
 // forgotten (pending_deletion; no resume can start a run from then on),
@@ -61,7 +36,7 @@ const ForgetQuiet = 16 * time.Minute
 // cause) when deleting started and did not finish. A caller's forget
 // (control), the sweep at the end of the retention and a submit that
 // reuses the id of a stale batch all forget with it.
-func Forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger) error {
+func Forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger) error {
 	return forget(ctx, store, blobs, id, log, 0)
 }
 
@@ -69,15 +44,15 @@ func Forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log
 // and creates a new batch under it once the old one is gone: it must be
 // the only forget of the batch, or another, still deleting, would delete
 // the new batch's rows and objects (its item and counter rows and its
-// manifest share the old one's keys). So it is refused (ErrForgetGoing)
-// while another forget marked the batch within ForgetQuiet, and when
+// manifest share the old one's keys). So it is refused (ledger.ErrForgetGoing)
+// while another forget marked the batch within ledger.ForgetQuiet, and when
 // another forget marks it while it deletes (that one then deletes the
 // batch row).
-func ForgetStale(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger) error {
-	return forget(ctx, store, blobs, id, log, ForgetQuiet)
+func ForgetStale(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger) error {
+	return forget(ctx, store, blobs, id, log, ledger.ForgetQuiet)
 }
 
-func forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log *slog.Logger, quiet time.Duration) error {
+func forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger, quiet time.Duration) error {
 	b, err := store.GetBatch(ctx, id)
 	if err != nil {
 		return err
@@ -90,10 +65,10 @@ func forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log
 	}
 	// From here no resume can start a run (StartRun refuses a batch being
 	// forgotten), so nothing is deleted under a new run's feet.
-	mark := ForgetMark{BatchID: id, CreatedAt: b.CreatedAt, Now: time.Now().UTC().Truncate(time.Millisecond), Quiet: quiet, Token: NewTakeToken()}
+	mark := ledger.ForgetMark{BatchID: id, CreatedAt: b.CreatedAt, Now: time.Now().UTC().Truncate(time.Millisecond), Quiet: quiet, Token: ledger.NewTakeToken()}
 	if err := store.MarkForgetting(ctx, mark); err != nil {
 		switch {
-		case errors.Is(err, ErrForgetGoing):
+		case errors.Is(err, ledger.ErrForgetGoing):
 			return fmt.Errorf("forget %s: %w", id, err)
 		case errors.Is(err, api.ErrConflict):
 			return fmt.Errorf("forget %s: a run started; cancel it first: %w", id, err)
@@ -119,8 +94,8 @@ func forget(ctx context.Context, store BatchDeleter, blobs Blobs, id string, log
 // after it; the report tells how many (StopSummary). A counter read that
 // fails marks the stop without counts (the stop matters more than them).
 // ErrConflict as Store.Stop.
-func StopRun(ctx context.Context, store RunStopper, b Batch, run int, status api.Status, detail string) error {
-	m := StopMark{BatchID: b.ID, Run: run, Status: status, Detail: detail}
+func StopRun(ctx context.Context, store RunStopper, b ledger.Batch, run int, status api.Status, detail string) error {
+	m := ledger.StopMark{BatchID: b.ID, Run: run, Status: status, Detail: detail}
 	if p, err := store.Progress(ctx, b.ID, run, max(1, b.CounterShards)); err == nil {
 		m.Ran = p.Done - p.ByOutcome[api.OutcomeCancelled]
 		m.Failures = p.ByOutcome[api.OutcomeFailed] + p.ByOutcome[api.OutcomeQuarantined]
@@ -131,6 +106,6 @@ func StopRun(ctx context.Context, store RunStopper, b Batch, run int, status api
 // RunStopper is what StopRun needs of the store (Store documents each
 // method): the run's counters, to record how far it had got, and the stop.
 type RunStopper interface {
-	Progress(ctx context.Context, batchID string, run, shards int) (Progress, error)
-	Stop(ctx context.Context, m StopMark) error
+	Progress(ctx context.Context, batchID string, run, shards int) (ledger.Progress, error)
+	Stop(ctx context.Context, m ledger.StopMark) error
 }
