@@ -415,6 +415,8 @@ func (s *Store) MarkForgetting(ctx context.Context, m ledger.ForgetMark) error {
 		return fmt.Errorf("batch %s: %w", m.BatchID, api.ErrNotFound)
 	}
 	switch {
+	case m.Token != "" && row.ForgettingBy == m.Token && row.ForgettingAtMs == m.Now.UnixMilli():
+		return nil // this mark, sent again by the SDK after its answer was lost
 	case row.Status == string(api.StatusRunning) || row.Status == string(api.StatusSubmitting):
 		return fmt.Errorf("forget %s: a run is going: %w", m.BatchID, err)
 	case !m.CreatedAt.IsZero() && row.CreatedAtMs != m.CreatedAt.UnixMilli():

@@ -371,7 +371,7 @@ func (s *Submitter) clearStale(ctx context.Context, stored ledger.Batch) error {
 	if stored.Status == api.StatusRefused {
 		why = "refused"
 	}
-	if err := lifecycle.ForgetStale(ctx, s.Store, s.Blobs, stored.ID, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
+	if err := lifecycle.ForgetStale(ctx, s.Store, s.Blobs, stored, s.Log); err != nil && !errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("submit %s: clear the %s batch first: %w", stored.ID, why, err)
 	}
 	s.Log.InfoContext(ctx, why+" batch cleared; its id starts a fresh batch", "batch_id", stored.ID, "expired_at", stored.ExpiresAt.Format(time.RFC3339))

@@ -876,6 +876,11 @@ var cases = []suiteCase{
 		if err := s.MarkForgetting(ctx, only); err != nil {
 			t.Fatalf("mark past the quiet time: %v", err)
 		}
+		// The same mark sent again (the SDK's resend after a lost answer)
+		// is its own, not another forget's.
+		if err := s.MarkForgetting(ctx, only); err != nil {
+			t.Fatalf("the mark sent again: %v, want its first answer", err)
+		}
 		// The batch row is the latest mark's to delete.
 		got, _ = s.GetBatch(ctx, "b1")
 		check(t, "marked by", got.ForgettingBy, "only")

@@ -890,6 +890,8 @@ func (s *Store) MarkForgetting(_ context.Context, m ledger.ForgetMark) error {
 		return conflictf("forget %s: a run is going", m.BatchID)
 	case !m.CreatedAt.IsZero() && !ms(b.CreatedAt).Equal(ms(m.CreatedAt)):
 		return fmt.Errorf("batch %s: submitted again since: %w", m.BatchID, api.ErrNotFound)
+	case m.Token != "" && b.ForgettingBy == m.Token && b.ForgettingAt.Equal(ms(m.Now)):
+		return nil // the same mark sent again
 	case m.Quiet > 0 && !b.ForgettingAt.IsZero() && !b.ForgettingAt.Before(ms(m.Now.Add(-m.Quiet))):
 		return fmt.Errorf("forget %s: marked by another forget: %w", m.BatchID, ledger.ErrForgetGoing)
 	}

@@ -37,7 +37,7 @@ type BatchDeleter interface {
 // (control), the sweep at the end of the retention and a submit that
 // reuses the id of a stale batch all forget with it.
 func Forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger) error {
-	return forget(ctx, store, blobs, id, log, 0)
+	return forget(ctx, store, blobs, id, time.Time{}, log, 0)
 }
 
 // ForgetStale is Forget for a submit that reuses the id of a stale batch
@@ -47,15 +47,25 @@ func Forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id stri
 // manifest share the old one's keys). So it is refused (ledger.ErrForgetGoing)
 // while another forget marked the batch within ledger.ForgetQuiet, and when
 // another forget marks it while it deletes (that one then deletes the
-// batch row).
-func ForgetStale(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger) error {
-	return forget(ctx, store, blobs, id, log, ledger.ForgetQuiet)
+// batch row). stale is the batch the submit found stale: a batch of the
+// id created since (another submit cleared it first) is not forgotten
+// (ErrNotFound: the submit then finds that batch). The refusal holds
+// ForgetQuiet after the last mark, this call's own earlier ones
+// included (a forget that failed half-way cannot be told from one still
+// going).
+func ForgetStale(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, stale ledger.Batch, log *slog.Logger) error {
+	return forget(ctx, store, blobs, stale.ID, stale.CreatedAt, log, ledger.ForgetQuiet)
 }
 
-func forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, log *slog.Logger, quiet time.Duration) error {
+// forget forgets batch id; with created set, only the batch of the id
+// created then.
+func forget(ctx context.Context, store BatchDeleter, blobs ledger.Blobs, id string, created time.Time, log *slog.Logger, quiet time.Duration) error {
 	b, err := store.GetBatch(ctx, id)
 	if err != nil {
 		return err
+	}
+	if !created.IsZero() && b.CreatedAt.UnixMilli() != created.UnixMilli() {
+		return fmt.Errorf("forget %s (created %s): submitted again since: %w", id, created.UTC().Format(time.RFC3339Nano), api.ErrNotFound)
 	}
 	if b.Status == api.StatusRunning {
 		return fmt.Errorf("forget %s: run %d is going; cancel it first: %w", id, b.Run, api.ErrConflict)
