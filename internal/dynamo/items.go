@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,113 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/itemexpr"
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
 	"github.com/bulkrun/bulkrun/shared/ledger"
 )
-
-// fresh is the condition under which an item starts a new run (ledger.Plan):
-// no row; a failed, cancelled, held (or interrupted) row of an earlier
-// run; a quarantined row of an earlier run that was released.
-//
-//	attribute_not_exists(pk)
-//	OR (run < :run AND (outcome IN (failed, cancelled, in_flight, withheld, exhausted, suspended)
-//	                    OR (outcome = quarantined AND released = true)))
-//
-// In a correction run (rev ≥ 2), exactly a row of an earlier run marked
-// with its revision (Store.MarkRevision):
-//
-//	attribute_not_exists(pk) OR (run < :run AND rev = :rev)
-func fresh(run, rev int) expression.ConditionBuilder {
-	out := expression.Name(layout.AttrOutcome)
-	if rev >= 2 {
-		return expression.Or(
-			expression.AttributeNotExists(expression.Name(config.AttrPK)),
-			expression.And(expression.Name(layout.AttrRun).LessThan(expression.Value(run)), expression.Name(layout.AttrRevision).Equal(expression.Value(rev))),
-		)
-	}
-	return expression.Or(
-		expression.AttributeNotExists(expression.Name(config.AttrPK)),
-		expression.And(
-			expression.Name(layout.AttrRun).LessThan(expression.Value(run)),
-			expression.Or(
-				expression.In(out, expression.Value(string(api.OutcomeFailed)), append([]expression.OperandBuilder{expression.Value(string(api.OutcomeCancelled)),
-					expression.Value(string(api.OutcomeInFlight))}, heldValues()...)...),
-				expression.And(out.Equal(expression.Value(string(api.OutcomeQuarantined))), expression.Name(layout.AttrReleased).Equal(expression.Value(true))),
-			),
-		),
-	)
-}
-
-// expired is the condition of a takeover: the item is in flight in this
-// run and its lease has expired.
-//
-//	run = :run AND outcome = in_flight AND lease_until_ms < :now
-func expired(run int, now time.Time) expression.ConditionBuilder {
-	return expression.And(
-		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
-		expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
-		expression.Name(layout.AttrLeaseUntilMs).LessThan(expression.Value(now.UnixMilli())),
-	)
-}
-
-// isHeld is the condition of a held row (api.HeldOutcomes):
-//
-//	outcome IN (withheld, exhausted, suspended)
-func isHeld() expression.ConditionBuilder {
-	v := heldValues()
-	return expression.In(expression.Name(layout.AttrOutcome), v[0], v[1:]...)
-}
-
-// heldValues are the held outcomes (api.HeldOutcomes) as operands.
-func heldValues() []expression.OperandBuilder {
-	var v []expression.OperandBuilder
-	for _, o := range api.HeldOutcomes() {
-		v = append(v, expression.Value(string(o)))
-	}
-	return v
-}
-
-// woken is the condition under which a held item moves on in its run
-// (ledger.ItemState.Woken): woken by a caller.
-//
-//	run = :run AND outcome IN (withheld, exhausted, suspended) AND attribute_exists(woken)
-func woken(run int) expression.ConditionBuilder {
-	return expression.And(
-		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
-		isHeld(),
-		expression.AttributeExists(expression.Name(layout.AttrWoken)),
-	)
-}
-
-// removeHold removes a held item's hold attributes.
-func removeHold(u expression.UpdateBuilder) expression.UpdateBuilder {
-	return u.Remove(expression.Name(layout.AttrHoldSubject)).Remove(expression.Name(layout.AttrHoldSinceMs)).Remove(expression.Name(layout.AttrWoken)).
-		Remove(expression.Name(layout.AttrHoldWakeAtMs))
-}
-
-// removeSignalled removes the attempt a signal ended (an outcome is
-// recorded, or a new run starts).
-func removeSignalled(u expression.UpdateBuilder) expression.UpdateBuilder {
-	return u.Remove(expression.Name(layout.AttrSignalled))
-}
-
-// fenced is the condition of Record and Release:
-//
-//	outcome = in_flight AND attempt = :attempt AND run = :run
-func fenced(run, attempt int) expression.ConditionBuilder {
-	return expression.And(
-		expression.Name(layout.AttrOutcome).Equal(expression.Value(string(api.OutcomeInFlight))),
-		expression.Name(layout.AttrAttempt).Equal(expression.Value(attempt)),
-		expression.Name(layout.AttrRun).Equal(expression.Value(run)),
-	)
-}
-
-func identity(u expression.UpdateBuilder, run int, now time.Time) expression.UpdateBuilder {
-	return u.Set(expression.Name(layout.AttrRun), expression.Value(run)).
-		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(now.UnixMilli()))
-}
 
 // Reserve takes the item under a new attempt and lease (see ledger.Store).
 // Attempts count across runs (the attempt is the fence); first_attempt
@@ -145,7 +43,7 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 		}
 	}
 	next := expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1))
-	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
+	u := itemexpr.Identity(expression.UpdateBuilder{}, r.Run, r.Now).
 		Set(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeInFlight))).
 		Set(expression.Name(layout.AttrAttempt), next).
 		Set(expression.Name(layout.AttrFirstAttempt), next).
@@ -154,7 +52,7 @@ func (s *Store) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Item,
 		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled)).
 		Remove(expression.Name(layout.AttrCost)).Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
 		Remove(expression.Name(layout.AttrThrottledMs))
-	it, err := s.reserve(ctx, r, takeFresh, fresh(r.Run, r.Revision), s.stamp(removeSignalled(removeHold(u)), r.Now))
+	it, err := s.reserve(ctx, r, itemexpr.TakeFresh, itemexpr.Fresh(r.Run, r.Revision), s.stamp(itemexpr.RemoveSignalled(itemexpr.RemoveHold(u)), r.Now))
 	if errors.Is(err, api.ErrConflict) && it.Run == r.Run && it.Outcome.Held() {
 		return s.resume(ctx, r)
 	}
@@ -175,12 +73,12 @@ func (s *Store) resume(ctx context.Context, r ledger.Reservation) (ledger.Item, 
 		Remove(expression.Name(layout.AttrError)).Remove(expression.Name(layout.AttrReason)).Remove(expression.Name(layout.AttrCost)).
 		Remove(expression.Name(layout.AttrRetryScheduled)).Remove(expression.Name(layout.AttrThrottledMs)).
 		Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK)).
-		// What the resume found, for a resend of it (takenBefore): the
+		// What the resume found, for a resend of it (itemexpr.TakenBefore): the
 		// operands are the row as it was before this update.
 		Set(expression.Name(layout.AttrTookOutcome), expression.Name(layout.AttrOutcome)).
 		Set(expression.Name(layout.AttrTookUpdatedMs), expression.Name(layout.AttrUpdatedAtMs).IfNotExists(expression.Value(0))).
 		Set(expression.Name(layout.AttrTookThrottledMs), expression.Name(layout.AttrThrottledMs).IfNotExists(expression.Value(0)))
-	return s.reserve(ctx, r, takeResume, woken(r.Run), s.stamp(removeHold(u), r.Now))
+	return s.reserve(ctx, r, itemexpr.TakeResume, itemexpr.Woken(r.Run), s.stamp(itemexpr.RemoveHold(u), r.Now))
 }
 
 // takeover is Reserve's second condition: the item is in flight in this
@@ -191,34 +89,20 @@ func (s *Store) takeover(ctx context.Context, r ledger.Reservation) (ledger.Item
 		Set(expression.Name(layout.AttrUpdatedAtMs), expression.Value(r.Now.UnixMilli())).
 		Remove(expression.Name(layout.AttrRetryScheduled)).
 		// Whether the attempt taken over had its retry scheduled, for a
-		// resend of this takeover (takenBefore).
+		// resend of this takeover (itemexpr.TakenBefore).
 		Set(expression.Name(layout.AttrTookRetry), expression.Name(layout.AttrRetryScheduled).IfNotExists(expression.Value(false)))
-	return s.reserve(ctx, r, takeOver, expired(r.Run, r.Now), s.stamp(take, r.Now))
+	return s.reserve(ctx, r, itemexpr.TakeOver, itemexpr.Expired(r.Run, r.Now), s.stamp(take, r.Now))
 }
 
-// takeKind is which of Reserve's conditions a write is; stored after its
-// token (AttrTakeToken: "{token}.{kind}"), so that a resend, which may
-// come through another of the conditions (Reserve tries them in turn),
-// knows what the take found.
-type takeKind byte
-
-const (
-	takeFresh  takeKind = 'f'
-	takeOver   takeKind = 'o'
-	takeResume takeKind = 'r'
-)
-
-func (s *Store) reserve(ctx context.Context, r ledger.Reservation, kind takeKind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
-	if r.Token != "" {
-		u = u.Set(expression.Name(layout.AttrTakeToken), expression.Value(r.Token+"."+string(kind)))
-	}
+func (s *Store) reserve(ctx context.Context, r ledger.Reservation, kind itemexpr.Kind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+	u = itemexpr.SetToken(u, r.Token, kind)
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return ledger.Item{}, err
 	}
 	attrs, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueAllOld)
 	if errors.Is(err, api.ErrConflict) {
-		if it, ok := takenBefore(r, old); ok {
+		if it, ok := itemexpr.TakenBefore(r, old); ok {
 			return it, nil
 		}
 		it, uerr := layout.ItemFrom(r.BatchID, old)
@@ -270,114 +154,13 @@ func (s *Store) reserve(ctx context.Context, r ledger.Reservation, kind takeKind
 	return it, nil
 }
 
-// takenBefore recognises a take sent again after its answer was lost
-// (ledger.Reservation.Token): the row refused it, but it is in flight in
-// r's run under r's token, so the first try was applied. It answers what
-// that try would have: the item as taken, with what the take found
-// (interrupted, resumed, throttled, spent, signalled) read from the row,
-// where the take kept it or copied it (AttrTookRetry …), by the kind of
-// take stored with the token.
-func takenBefore(r ledger.Reservation, stored map[string]types.AttributeValue) (ledger.Item, bool) {
-	if r.Token == "" || len(stored) == 0 {
-		return ledger.Item{}, false
-	}
-	var row layout.ItemRow
-	if err := attributevalue.UnmarshalMap(stored, &row); err != nil || row.Run != r.Run ||
-		row.Outcome != string(api.OutcomeInFlight) || ledger.CheckFormat("item row", row.Format) != nil {
-		return ledger.Item{}, false
-	}
-	token, k, ok := strings.Cut(row.Token, ".")
-	if !ok || token != r.Token || len(k) != 1 {
-		return ledger.Item{}, false
-	}
-	kind := takeKind(k[0])
-	it := ledger.Item{
-		Item: api.Item{
-			Key:         r.Key,
-			RunID:       r.RunID,
-			Run:         r.Run,
-			Outcome:     api.OutcomeInFlight,
-			Attempt:     row.Attempt,
-			LeaseUntil:  layout.FromMs(row.LeaseUntilMs),
-			UpdatedAt:   layout.FromMs(row.UpdatedAtMs),
-			Revision:    row.Revision,
-			RunAttempts: 1,
-		},
-		BatchID: r.BatchID,
-	}
-	if kind == takeFresh {
-		return it, true // a fresh take found no attempt of this run
-	}
-	it.RunAttempts = row.Attempt - max(row.FirstAttempt, 1) + 1
-	it.Signalled = row.Signalled
-	if row.SpentRun == r.Run && len(row.Spent) > 0 {
-		it.Spent, it.SpentRun = row.Spent, r.Run
-	}
-	switch kind {
-	case takeOver:
-		it.Interrupted = !row.TookRetry
-		it.ThrottledSince = layout.FromMs(row.ThrottledMs)
-	case takeResume:
-		it.Resumed, it.ResumedAt = api.Outcome(row.TookOutcome), layout.FromMs(row.TookUpdatedMs)
-		it.ThrottledSince = layout.FromMs(row.TookThrottledMs)
-	}
-	return it, true
-}
-
-func outcomeUpdate(r ledger.Record) (expression.UpdateBuilder, error) {
-	u := identity(expression.UpdateBuilder{}, r.Run, r.Now).
-		Set(expression.Name(layout.AttrOutcome), expression.Value(string(r.Outcome)))
-	set := func(name, v string) {
-		if v != "" {
-			u = u.Set(expression.Name(name), expression.Value(v))
-		} else {
-			u = u.Remove(expression.Name(name))
-		}
-	}
-	set("output", string(r.Output))
-	set("output_ref", r.OutputRef)
-	set("error", ledger.CutError(r.Error))
-	set("reason", string(r.Reason))
-	if len(r.Cost) > 0 {
-		u = u.Set(expression.Name(layout.AttrCost), expression.Value(map[string]float64(r.Cost)))
-	} else {
-		u = u.Remove(expression.Name(layout.AttrCost))
-	}
-	u = setSpent(u, r)
-	if !ledger.KeepsSignal(r.Outcome) {
-		u = removeSignalled(u)
-	}
-	if r.Outcome == api.OutcomeFailed || r.Outcome == api.OutcomeQuarantined || r.Outcome.Held() {
-		u = u.Set(expression.Name(config.AttrAttentionPK), expression.Value(layout.ShardKey(r.BatchID, ledger.Shard(r.Key, r.ListShards)))).
-			Set(expression.Name(config.AttrAttentionSK), expression.Value(r.Key))
-	} else {
-		u = u.Remove(expression.Name(config.AttrAttentionPK)).Remove(expression.Name(config.AttrAttentionSK))
-	}
-	if r.Outcome.Held() {
-		h := r.Hold
-		u = u.Set(expression.Name(layout.AttrHoldSinceMs), expression.Value(h.Since.UnixMilli())).Remove(expression.Name(layout.AttrWoken))
-		set(layout.AttrHoldSubject, h.Subject)
-		if !h.WakeAt.IsZero() {
-			u = u.Set(expression.Name(layout.AttrHoldWakeAtMs), expression.Value(h.WakeAt.UnixMilli()))
-		} else {
-			u = u.Remove(expression.Name(layout.AttrHoldWakeAtMs))
-		}
-	} else {
-		u = removeHold(u)
-	}
-	if !r.Outcome.Terminal() && !r.Outcome.Held() {
-		return u, fmt.Errorf("record %s/%s: %q is not a terminal or held outcome", r.BatchID, r.Key, r.Outcome)
-	}
-	return u, nil
-}
-
 // Record writes a terminal outcome under the attempt fence (see ledger.Store).
 // Safe for the SDK to retry: a retry of a write that was applied but whose
 // answer was lost finds this run and attempt already holding this outcome,
 // reason and error, and Record returns nil; any other row that fails the
 // fence is api.ErrConflict.
 func (s *Store) Record(ctx context.Context, r ledger.Record) error {
-	u, err := outcomeUpdate(r)
+	u, err := itemexpr.OutcomeUpdate(r)
 	if err != nil {
 		return err
 	}
@@ -385,7 +168,7 @@ func (s *Store) Record(ctx context.Context, r ledger.Record) error {
 	if r.FirstAttempt > 0 {
 		u = u.Set(expression.Name(layout.AttrFirstAttempt), expression.Value(r.FirstAttempt))
 	}
-	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	expr, err := expression.NewBuilder().WithCondition(itemexpr.Fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
@@ -440,25 +223,12 @@ func (s *Store) Release(ctx context.Context, r ledger.Record) error {
 	} else {
 		u = u.Set(expression.Name(layout.AttrThrottledMs), expression.Value(r.ThrottledSince.UnixMilli()))
 	}
-	u = setSpent(s.stamp(u, r.Now), r)
-	expr, err := expression.NewBuilder().WithCondition(fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
+	u = itemexpr.SetSpent(s.stamp(u, r.Now), r)
+	expr, err := expression.NewBuilder().WithCondition(itemexpr.Fenced(r.Run, r.Attempt)).WithUpdate(u).Build()
 	if err != nil {
 		return err
 	}
 	return s.update(ctx, "release", r, expr)
-}
-
-// setSpent writes what r.Run's attempts spent (spent, spent_run) when r
-// carries it, in the same write as the outcome or release, so it costs
-// no extra request. An empty Spent leaves the stored one: a row settled
-// without running keeps its earlier run's figure, which the census reads
-// only for that run.
-func setSpent(u expression.UpdateBuilder, r ledger.Record) expression.UpdateBuilder {
-	if len(r.Spent) == 0 {
-		return u
-	}
-	return u.Set(expression.Name(layout.AttrSpent), expression.Value(map[string]float64(r.Spent))).
-		Set(expression.Name(layout.AttrSpentRun), expression.Value(r.Run))
 }
 
 // Settle writes a terminal outcome for an item that did not run: under the
@@ -470,7 +240,7 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 	// UpdateBuilder shares its operations between copies: build each
 	// variant from scratch.
 	update := func(newRun bool) (expression.UpdateBuilder, error) {
-		u, err := outcomeUpdate(r)
+		u, err := itemexpr.OutcomeUpdate(r)
 		if err != nil {
 			return u, err
 		}
@@ -488,63 +258,34 @@ func (s *Store) Settle(ctx context.Context, r ledger.Record) (ledger.Item, error
 	if err != nil {
 		return ledger.Item{}, err
 	}
-	it, err := s.settle(ctx, r, settleFresh, fresh(r.Run, r.Revision), u)
+	it, err := s.settle(ctx, r, itemexpr.SettleFresh, itemexpr.Fresh(r.Run, r.Revision), u)
 	switch {
 	case errors.Is(err, api.ErrConflict) && it.Outcome == api.OutcomeInFlight && it.Run == r.Run && it.LeaseUntil.Before(r.Now):
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
-		it, err = s.settle(ctx, r, settleFresh, expired(r.Run, r.Now), u)
+		it, err = s.settle(ctx, r, itemexpr.SettleFresh, itemexpr.Expired(r.Run, r.Now), u)
 	case errors.Is(err, api.ErrConflict) && it.Outcome.Held() && it.Run == r.Run:
 		// Held in this run: settled once woken, its attempts kept; what
-		// it was held as is copied for a resend (settledBefore).
+		// it was held as is copied for a resend (itemexpr.SettledBefore).
 		held, heldAt := it.Outcome, it.UpdatedAt
 		if u, err = update(false); err != nil {
 			return ledger.Item{}, err
 		}
 		u = u.Set(expression.Name(layout.AttrTookOutcome), expression.Name(layout.AttrOutcome)).
 			Set(expression.Name(layout.AttrTookUpdatedMs), expression.Name(layout.AttrUpdatedAtMs).IfNotExists(expression.Value(0)))
-		if it, err = s.settle(ctx, r, settleHeld, woken(r.Run), u); err == nil {
+		if it, err = s.settle(ctx, r, itemexpr.SettleHeld, itemexpr.Woken(r.Run), u); err == nil {
 			it.Resumed, it.ResumedAt = held, heldAt
 		}
 	}
 	return it, err
 }
 
-// The kinds of settle, stored after the settle's token (AttrTakeToken),
-// as a take's kind.
-const (
-	settleFresh takeKind = 's' // a fresh row or an expired lease: nothing resumed
-	settleHeld  takeKind = 'h' // a woken held row: resumed from it (AttrTookOutcome, AttrTookUpdatedMs)
-)
-
-// settledBefore recognises a settle sent again after its answer was lost
-// (ledger.Record.Token): the row refused it, but it holds r's outcome in
-// r's run under r's token, so the first try was applied; it answers what
-// that try did.
-func settledBefore(r ledger.Record, stored map[string]types.AttributeValue) (ledger.Item, bool) {
-	if r.Token == "" || len(stored) == 0 {
-		return ledger.Item{}, false
-	}
-	var row layout.ItemRow
-	if err := attributevalue.UnmarshalMap(stored, &row); err != nil || row.Run != r.Run || row.Outcome != string(r.Outcome) {
-		return ledger.Item{}, false
-	}
-	token, k, ok := strings.Cut(row.Token, ".")
-	if !ok || token != r.Token || len(k) != 1 {
-		return ledger.Item{}, false
-	}
-	if takeKind(k[0]) == settleHeld {
-		return ledger.Item{Resumed: api.Outcome(row.TookOutcome), ResumedAt: layout.FromMs(row.TookUpdatedMs)}, true
-	}
-	return ledger.Item{}, true
-}
-
 // SettleUnstarted writes a terminal outcome for an item not reserved in
 // r.Run, under the fresh condition only (see ledger.Store); it returns the
 // stored row on conflict.
 func (s *Store) SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.Item, error) {
-	u, err := outcomeUpdate(r)
+	u, err := itemexpr.OutcomeUpdate(r)
 	if err != nil {
 		return ledger.Item{}, err
 	}
@@ -552,20 +293,18 @@ func (s *Store) SettleUnstarted(ctx context.Context, r ledger.Record) (ledger.It
 		Set(expression.Name(layout.AttrFirstAttempt), expression.Plus(expression.IfNotExists(expression.Name(layout.AttrAttempt), expression.Value(0)), expression.Value(1))).
 		Set(expression.Name(layout.AttrLeaseUntilMs), expression.Value(0)).
 		Remove(expression.Name(layout.AttrReleased)).Remove(expression.Name(layout.AttrRetryScheduled))
-	return s.settle(ctx, r, settleFresh, fresh(r.Run, r.Revision), u)
+	return s.settle(ctx, r, itemexpr.SettleFresh, itemexpr.Fresh(r.Run, r.Revision), u)
 }
 
-func (s *Store) settle(ctx context.Context, r ledger.Record, kind takeKind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
-	if r.Token != "" {
-		u = u.Set(expression.Name(layout.AttrTakeToken), expression.Value(r.Token+"."+string(kind)))
-	}
+func (s *Store) settle(ctx context.Context, r ledger.Record, kind itemexpr.Kind, cond expression.ConditionBuilder, u expression.UpdateBuilder) (ledger.Item, error) {
+	u = itemexpr.SetToken(u, r.Token, kind)
 	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(u).Build()
 	if err != nil {
 		return ledger.Item{}, err
 	}
 	_, old, err := s.updateRow(ctx, layout.ItemKey(r.BatchID, r.ListShards, r.Key), expr, types.ReturnValueNone)
 	if errors.Is(err, api.ErrConflict) {
-		if it, ok := settledBefore(r, old); ok {
+		if it, ok := itemexpr.SettledBefore(r, old); ok {
 			return it, nil
 		}
 		it, uerr := layout.ItemFrom(r.BatchID, old)
@@ -690,7 +429,7 @@ func (s *Store) MarkCounted(ctx context.Context, batchID string, listShards int,
 func (s *Store) WakeItem(ctx context.Context, w ledger.WakeMark) (ledger.Item, error) {
 	cond := expression.And(
 		expression.Name(layout.AttrRun).Equal(expression.Value(w.Run)),
-		isHeld(),
+		itemexpr.IsHeld(),
 		expression.AttributeNotExists(expression.Name(layout.AttrWoken)),
 	)
 	if w.Outcome != "" {

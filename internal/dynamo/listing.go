@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bulkrun/bulkrun/internal/dynamo/itemexpr"
 	"github.com/bulkrun/bulkrun/internal/dynamo/layout"
 	"github.com/bulkrun/bulkrun/shared/api"
 	"github.com/bulkrun/bulkrun/shared/config"
@@ -210,7 +211,7 @@ func (s *Store) ListItems(ctx context.Context, batchID string, listShards int, o
 	filter := expression.Name(layout.AttrOutcome).Equal(expression.Value(string(outcome)))
 	if outcome == api.NeedsAttention {
 		filter = expression.In(expression.Name(layout.AttrOutcome), expression.Value(string(api.OutcomeFailed)),
-			append([]expression.OperandBuilder{expression.Value(string(api.OutcomeQuarantined))}, heldValues()...)...)
+			append([]expression.OperandBuilder{expression.Value(string(api.OutcomeQuarantined))}, itemexpr.HeldValues()...)...)
 	}
 	var all []listed
 	seen := map[string]bool{} // an entry of format 0–1 is in the index and its partition
