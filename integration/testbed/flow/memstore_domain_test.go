@@ -219,8 +219,8 @@ func (r *rig) drainBy(t *testing.T, ctx context.Context, copies, per int) {
 
 // finalizeFour runs four Finalize calls of run 1 of id at once, checks
 // each report's census with check, and fails unless exactly one wrote it.
-// A call that finds the chunk claimed by another (ErrNotFinished: another
-// call is writing its checkpoint) calls again, as a trigger does after a
+// A call that finds the chunk claimed by another (finalize.ErrChunkClaimed)
+// calls again, as a trigger does after a
 // wait (finalize.Finalizer.Trigger), until it gets the report.
 func (r *rig) finalizeFour(t *testing.T, ctx context.Context, id string, check func(api.Census)) {
 	t.Helper()
