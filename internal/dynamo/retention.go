@@ -415,12 +415,12 @@ func (s *Store) MarkForgetting(ctx context.Context, m ledger.ForgetMark) error {
 		return fmt.Errorf("batch %s: %w", m.BatchID, api.ErrNotFound)
 	}
 	switch {
+	case !m.CreatedAt.IsZero() && row.CreatedAtMs != m.CreatedAt.UnixMilli():
+		return fmt.Errorf("batch %s (created %s): submitted again since: %w", m.BatchID, m.CreatedAt.Format(time.RFC3339), api.ErrNotFound)
 	case m.Token != "" && row.ForgettingBy == m.Token && row.ForgettingAtMs == m.Now.UnixMilli():
 		return nil // this mark, sent again by the SDK after its answer was lost
 	case row.Status == string(api.StatusRunning) || row.Status == string(api.StatusSubmitting):
 		return fmt.Errorf("forget %s: a run is going: %w", m.BatchID, err)
-	case !m.CreatedAt.IsZero() && row.CreatedAtMs != m.CreatedAt.UnixMilli():
-		return fmt.Errorf("batch %s (created %s): submitted again since: %w", m.BatchID, m.CreatedAt.Format(time.RFC3339), api.ErrNotFound)
 	}
 	return fmt.Errorf("forget %s: marked by another forget at %s: %w", m.BatchID, layout.FromMs(row.ForgettingAtMs).Format(time.RFC3339), ledger.ErrForgetGoing)
 }
