@@ -144,14 +144,10 @@ func (h *health) add(d done) {
 
 // streaks is h as a lane write's Streaks (by slot), nil when answered.
 func (h health) streaks() map[int]int64 {
-	if h.answered || len(h.fails) == 0 {
+	if h.answered {
 		return nil
 	}
-	s := map[int]int64{}
-	for c, n := range h.fails {
-		s[streak.Slot(c)] += n
-	}
-	return s
+	return streak.BySlot(h.fails)
 }
 
 // judgeStreaks pauses b (an outage pause) when the lane write that added

@@ -51,3 +51,16 @@ func Slot(c string) int {
 
 // Slots is how many failure-class slots a counter lane keeps.
 const Slots = 8
+
+// BySlot is failures, counted by class, counted by their classes' slots
+// (a lane write's streaks); nil for none.
+func BySlot(failures map[string]int64) map[int]int64 {
+	if len(failures) == 0 {
+		return nil
+	}
+	s := map[int]int64{}
+	for c, n := range failures {
+		s[Slot(c)] += n
+	}
+	return s
+}
